@@ -1,0 +1,64 @@
+//! The integration-test harness: a throwaway MariaDB ([`MariaDb`]), the proxy binary ([`Proxy`]),
+//! the comparison runner ([`compare`]), the `mariadb` CLI ([`cli`]) and a raw protocol client
+//! ([`raw`]).
+
+#![allow(dead_code)] // not every test module uses every helper
+
+pub mod cli;
+pub mod compare;
+pub mod mariadb;
+pub mod process;
+pub mod proxy;
+pub mod raw;
+
+pub use cli::Cli;
+pub use compare::{opts, same_both_ways, Failure, Outcome, Rec, Side, Target};
+pub use mariadb::MariaDb;
+pub use proxy::Proxy;
+
+use std::future::Future;
+use std::time::Duration;
+
+/// The shared server plus a fresh proxy in front of it (no users configured: root, no password).
+pub fn shared_setup() -> (&'static MariaDb, Proxy) {
+    let server = MariaDb::shared();
+    let proxy = Proxy::start(&server.backend_url(), &[], None);
+    (server, proxy)
+}
+
+/// Fails the test (instead of hanging the suite) if `fut` takes longer than `secs`.
+pub async fn within<T>(secs: u64, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(secs), fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no answer within {secs} s (hang)"),
+    }
+}
+
+/// Polls `check` every 100 ms until it returns true or `secs` pass.
+pub async fn eventually(secs: u64, mut check: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A one-column query through a fresh direct connection (setup and inspection, not comparison).
+pub async fn direct_scalar<T: mysql_async::prelude::FromValue>(
+    server: &MariaDb,
+    sql: &str,
+) -> Option<T> {
+    use mysql_async::prelude::*;
+    let mut conn = Target::direct(server, "test").conn().await;
+    let value: Option<T> = conn
+        .query_first(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let _ = conn.disconnect().await;
+    value
+}

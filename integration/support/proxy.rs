@@ -1,0 +1,197 @@
+//! The proxy under test, as a child process with its stderr kept in a file.
+//!
+//! Setting `MSGPROXY_INTEG_STANDIN=1` replaces the binary with an in-process TCP byte forwarder.
+//! That is only for checking the suite itself (a perfect relay must pass every comparison test);
+//! tests of the proxy's own behaviour (users, backend errors, logs) fail under it by design.
+
+use std::fs;
+use std::io;
+use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::process;
+
+enum Runner {
+    Process(Mutex<Child>),
+    StandIn(Arc<AtomicBool>),
+}
+
+/// A running proxy; killed on drop.
+pub struct Proxy {
+    port: u16,
+    runner: Runner,
+    dir: tempfile::TempDir,
+}
+
+fn standin_requested() -> bool {
+    std::env::var("MSGPROXY_INTEG_STANDIN").is_ok_and(|v| v == "1")
+}
+
+impl Proxy {
+    /// Starts `msgproxy --listen 127.0.0.1:<free port> --backend <backend_url> [--config FILE]
+    /// <extra_args>` and waits until its port accepts connections.
+    pub fn start(backend_url: &str, extra_args: &[&str], config_toml: Option<&str>) -> Proxy {
+        let dir = tempfile::Builder::new()
+            .prefix("msgproxy-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("create a proxy dir");
+        if standin_requested() {
+            return Proxy::start_standin(backend_url, dir);
+        }
+        let config = config_toml.map(|toml| {
+            let path = dir.path().join("msgproxy.toml");
+            fs::write(&path, toml).expect("write proxy config");
+            path
+        });
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let port = process::free_port();
+            let stderr = fs::File::create(dir.path().join("stderr.log")).expect("proxy log file");
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgproxy"));
+            cmd.arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .arg("--backend")
+                .arg(backend_url);
+            if let Some(path) = &config {
+                cmd.arg("--config").arg(path);
+            }
+            cmd.args(extra_args)
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(stderr);
+            let mut child =
+                process::spawn_owned(cmd, libc::SIGKILL).expect("spawn the msgproxy binary");
+            let deadline = Instant::now() + Duration::from_secs(15);
+            let failure = loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    break format!("msgproxy exited early ({status})");
+                }
+                if process::port_accepts(port) {
+                    return Proxy {
+                        port,
+                        runner: Runner::Process(Mutex::new(child)),
+                        dir,
+                    };
+                }
+                if Instant::now() > deadline {
+                    process::kill_hard(&mut child);
+                    break "msgproxy did not accept connections within 15 s".to_string();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let log = process::tail(&dir.path().join("stderr.log"), 8000);
+            // Another process may have taken the port between free_port() and the bind.
+            if attempt < 3 && log.to_lowercase().contains("in use") {
+                continue;
+            }
+            panic!(
+                "{failure}; listen 127.0.0.1:{port}, backend {backend_url}, args {extra_args:?}, \
+                 config {config_toml:?}\n--- msgproxy stderr ---\n{log}"
+            );
+        }
+    }
+
+    fn start_standin(backend_url: &str, dir: tempfile::TempDir) -> Proxy {
+        let backend_port: u16 = backend_url
+            .rsplit_once(':')
+            .and_then(|(_, rest)| rest.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .expect("backend url with a port");
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind stand-in");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let _ = client.set_nonblocking(false);
+                        std::thread::spawn(move || forward(client, backend_port));
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(5))
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        fs::write(dir.path().join("stderr.log"), "").expect("stand-in log");
+        Proxy {
+            port,
+            runner: Runner::StandIn(stop),
+            dir,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Everything the proxy wrote to stderr so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("stderr.log")
+    }
+
+    /// Whether the proxy process is still running.
+    pub fn is_alive(&self) -> bool {
+        match &self.runner {
+            Runner::Process(child) => matches!(
+                child.lock().unwrap_or_else(|e| e.into_inner()).try_wait(),
+                Ok(None)
+            ),
+            Runner::StandIn(_) => true,
+        }
+    }
+
+    /// Panics (with the proxy's log) unless the process is still running.
+    pub fn assert_alive(&self) {
+        assert!(
+            self.is_alive(),
+            "msgproxy died; its stderr:\n{}",
+            self.log()
+        );
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        match &self.runner {
+            Runner::Process(child) => {
+                process::kill_hard(&mut child.lock().unwrap_or_else(|e| e.into_inner()))
+            }
+            Runner::StandIn(stop) => stop.store(true, Ordering::Relaxed),
+        }
+    }
+}
+
+/// The stand-in's whole job: copy bytes both ways until either side closes.
+fn forward(client: TcpStream, backend_port: u16) {
+    let Ok(backend) = TcpStream::connect((Ipv4Addr::LOCALHOST, backend_port)) else {
+        return;
+    };
+    let (Ok(mut c2), Ok(mut b2)) = (client.try_clone(), backend.try_clone()) else {
+        return;
+    };
+    let upstream = std::thread::spawn(move || {
+        let mut client = client;
+        let mut backend = backend;
+        let _ = io::copy(&mut client, &mut backend);
+        let _ = backend.shutdown(Shutdown::Both);
+        let _ = client.shutdown(Shutdown::Both);
+    });
+    let _ = io::copy(&mut b2, &mut c2);
+    let _ = c2.shutdown(Shutdown::Both);
+    let _ = b2.shutdown(Shutdown::Both);
+    let _ = upstream.join();
+}

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Run the whole test suite: unit, grammar and integration tests (the integration tests start their own throwaway
+# mariadbd, so MariaDB only has to be installed: this installs mariadb-server/mariadb-client with apt-get when
+# mariadbd is missing), then the formatting and lint checks.
+#
+#   scripts/test.sh [extra arguments for cargo test...]
+#
+# Every step runs even when an earlier one fails; the exit status is non-zero when any step failed.
+set -uo pipefail
+
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$MSGPROXY_REPO" || exit 1
+
+set -e
+msgproxy_require_cargo
+msgproxy_ensure_mariadb # also puts mariadbd's directory (e.g. /usr/sbin) on PATH for the tests
+msgproxy_require_cargo_subcommand fmt rustfmt
+msgproxy_require_cargo_subcommand clippy clippy
+set +e
+
+failed=()
+step() {
+    local name=$1
+    shift
+    msgproxy_info ""
+    msgproxy_info "==> $name: $*"
+    if "$@"; then
+        msgproxy_info "==> $name: ok"
+    else
+        msgproxy_info "==> $name: FAILED (exit status $?)"
+        failed+=("$name")
+    fi
+}
+
+step tests cargo test --workspace "$@"
+step format cargo fmt --all --check
+step clippy cargo clippy --workspace --all-targets -- -D warnings
+
+msgproxy_info ""
+if [ "${#failed[@]}" -gt 0 ]; then
+    msgproxy_info "scripts/test.sh: FAILED: ${failed[*]}"
+    exit 1
+fi
+msgproxy_info "scripts/test.sh: all passed (tests, format, clippy)"

@@ -1,0 +1,226 @@
+//! One backend connection per client session: connect, read the server's greeting, and log in
+//! with the proxy's backend credentials but the client's own capabilities, character set,
+//! database and connection attributes — so the session the client gets is the one it asked for.
+
+use bytes::{BufMut, BytesMut};
+use mysql_common::constants::CapabilityFlags;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::config::BackendTarget;
+use crate::protocol::auth::{self, Plugin};
+use crate::protocol::handshake::{BackendGreeting, HandshakeResponse};
+use crate::protocol::packet::{self, PacketReader};
+use crate::protocol::wire::{self, ErrorPacket, Reader};
+
+/// A connected backend whose greeting has been read.
+pub struct Backend {
+    pub conn: PacketReader<TcpStream>,
+    pub greeting: BackendGreeting,
+}
+
+/// What the backend answered to a login or COM_CHANGE_USER.
+pub enum LoginReply {
+    /// The OK packet's payload, to pass on to the client.
+    Ok(BytesMut),
+    /// The ERR packet's payload, to pass on to the client.
+    Err(BytesMut),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("cannot connect to the backend at {address}: {source}")]
+    Connect {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error("timed out connecting to the backend at {address}")]
+    Timeout { address: String },
+    #[error("the backend closed the connection or failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the backend refused the connection: {0}")]
+    Refused(ErrorPacket),
+    #[error("unexpected packet from the backend during login")]
+    Protocol,
+    #[error(
+        "the backend asks for {0} authentication, which msgproxy cannot do; give the backend user \
+         a mysql_native_password password (ALTER USER ... IDENTIFIED VIA mysql_native_password USING PASSWORD('...'))"
+    )]
+    UnsupportedAuth(String),
+}
+
+/// Capabilities the proxy never lets through to the backend: it speaks neither compression nor
+/// TLS to the backend, and it does not offer the MySQL 8 extensions that change packet layouts.
+pub fn unsupported_capabilities() -> CapabilityFlags {
+    CapabilityFlags::CLIENT_COMPRESS
+        | CapabilityFlags::CLIENT_SSL
+        | CapabilityFlags::CLIENT_OPTIONAL_RESULTSET_METADATA
+        | CapabilityFlags::CLIENT_ZSTD_COMPRESSION_ALGORITHM
+        | CapabilityFlags::CLIENT_QUERY_ATTRIBUTES
+        | CapabilityFlags::CLIENT_PROGRESS_OBSOLETE
+        | CapabilityFlags::CLIENT_SSL_VERIFY_SERVER_CERT
+        | CapabilityFlags::CLIENT_REMEMBER_OPTIONS
+}
+
+impl Backend {
+    /// Opens a TCP connection and reads the greeting. An ERR instead of a greeting (too many
+    /// connections, host blocked) becomes [`BackendError::Refused`].
+    pub async fn connect(
+        target: &BackendTarget,
+        timeout: std::time::Duration,
+    ) -> Result<Backend, BackendError> {
+        let address = target.address();
+        let attempt = async {
+            let stream =
+                TcpStream::connect(&address)
+                    .await
+                    .map_err(|source| BackendError::Connect {
+                        address: address.clone(),
+                        source,
+                    })?;
+            stream.set_nodelay(true)?;
+            let mut conn = PacketReader::new(stream);
+            let packet = conn.next_logical_packet(1 << 20).await?;
+            if packet.payload.first() == Some(&wire::ERR_HEADER) {
+                return Err(BackendError::Refused(parse_pre_handshake_error(
+                    &packet.payload,
+                )));
+            }
+            let greeting = BackendGreeting::parse(&packet.payload)?;
+            Ok(Backend { conn, greeting })
+        };
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(BackendError::Timeout { address }),
+        }
+    }
+
+    /// Logs in as the proxy's backend user with the client's session settings.
+    pub async fn login(
+        &mut self,
+        target: &BackendTarget,
+        client: &HandshakeResponse<'_>,
+    ) -> Result<LoginReply, BackendError> {
+        use CapabilityFlags as C;
+        let plugin = Plugin::from_name(&self.greeting.auth_plugin).unwrap_or(Plugin::Native);
+        let scramble = auth::scramble(plugin, &self.greeting.nonce, target.password.as_bytes());
+        let mut caps =
+            (client.capabilities & self.greeting.capabilities) - unsupported_capabilities();
+        caps |= C::CLIENT_PROTOCOL_41 | C::CLIENT_SECURE_CONNECTION | C::CLIENT_PLUGIN_AUTH;
+        caps.set(C::CLIENT_CONNECT_WITH_DB, client.database.is_some());
+        caps.set(
+            C::CLIENT_CONNECT_ATTRS,
+            client.connect_attrs.is_some()
+                && self.greeting.capabilities.contains(C::CLIENT_CONNECT_ATTRS),
+        );
+        let response = HandshakeResponse {
+            capabilities: caps,
+            max_packet_size: client.max_packet_size,
+            collation: client.collation,
+            user: target.user.as_bytes(),
+            auth_response: &scramble,
+            database: client.database,
+            auth_plugin: Some(plugin.name().as_bytes()),
+            connect_attrs: client
+                .connect_attrs
+                .filter(|_| caps.contains(C::CLIENT_CONNECT_ATTRS)),
+        };
+        packet::write_packet(self.conn.get_mut(), 1, &response.encode()).await?;
+        self.finish_auth(target).await
+    }
+
+    /// Sends COM_CHANGE_USER for the proxy's backend user with the client's new database,
+    /// character set and attributes; the backend resets the session exactly as for the client.
+    pub async fn change_user(
+        &mut self,
+        target: &BackendTarget,
+        database: &[u8],
+        charset: Option<u16>,
+        connect_attrs: Option<&[u8]>,
+    ) -> Result<LoginReply, BackendError> {
+        let plugin = Plugin::from_name(&self.greeting.auth_plugin).unwrap_or(Plugin::Native);
+        let scramble = auth::scramble(plugin, &self.greeting.nonce, target.password.as_bytes());
+        let mut out = BytesMut::with_capacity(128);
+        out.put_u8(crate::protocol::commands::COM_CHANGE_USER);
+        out.put_slice(target.user.as_bytes());
+        out.put_u8(0);
+        out.put_u8(scramble.len() as u8);
+        out.put_slice(&scramble);
+        out.put_slice(database);
+        out.put_u8(0);
+        out.put_u16_le(charset.unwrap_or(self.greeting.collation as u16));
+        out.put_slice(plugin.name().as_bytes());
+        out.put_u8(0);
+        if let Some(attrs) = connect_attrs {
+            out.put_slice(attrs);
+        }
+        packet::write_packet(self.conn.get_mut(), 0, &out).await?;
+        self.finish_auth(target).await
+    }
+
+    /// Follows the authentication exchange to its OK or ERR: auth switches and the
+    /// caching_sha2_password fast path.
+    async fn finish_auth(&mut self, target: &BackendTarget) -> Result<LoginReply, BackendError> {
+        loop {
+            let packet = self.conn.next_logical_packet(1 << 20).await?;
+            let seq = packet.seq.wrapping_add(1);
+            match packet.payload.first() {
+                Some(&wire::OK_HEADER) => return Ok(LoginReply::Ok(packet.payload)),
+                Some(&wire::ERR_HEADER) => return Ok(LoginReply::Err(packet.payload)),
+                Some(&wire::EOF_HEADER) => {
+                    // AuthSwitchRequest: plugin name, NUL, new nonce (NUL-terminated).
+                    let mut r = Reader::new(&packet.payload[1..]);
+                    let name = r.null_terminated_or_rest();
+                    let nonce = r.remaining().strip_suffix(&[0]).unwrap_or(r.remaining());
+                    let plugin = Plugin::from_name(name).ok_or_else(|| {
+                        BackendError::UnsupportedAuth(String::from_utf8_lossy(name).into_owned())
+                    })?;
+                    // The scramble of an empty password is empty; MariaDB still expects a packet.
+                    let reply = auth::scramble(plugin, nonce, target.password.as_bytes());
+                    packet::write_packet(self.conn.get_mut(), seq, &reply).await?;
+                    self.greeting.nonce = nonce.to_vec();
+                    self.greeting.auth_plugin = name.to_vec();
+                }
+                Some(0x01) => match packet.payload.get(1) {
+                    // caching_sha2_password: 3 = fast auth succeeded, an OK follows.
+                    Some(3) => continue,
+                    _ => {
+                        return Err(BackendError::UnsupportedAuth(
+                            "caching_sha2_password full".into(),
+                        ))
+                    }
+                },
+                _ => return Err(BackendError::Protocol),
+            }
+        }
+    }
+
+    /// Closes the connection politely (COM_QUIT), ignoring errors: the peer may be gone already.
+    pub async fn quit(mut self) {
+        let _ = packet::write_packet(
+            self.conn.get_mut(),
+            0,
+            &[crate::protocol::commands::COM_QUIT],
+        )
+        .await;
+        let _ = self.conn.get_mut().shutdown().await;
+    }
+}
+
+/// An error sent instead of the greeting has no SQLSTATE marker.
+fn parse_pre_handshake_error(payload: &[u8]) -> ErrorPacket {
+    let mut r = Reader::new(payload);
+    r.u8();
+    let code = r.u16().unwrap_or(0);
+    let rest = r.remaining();
+    if let Some(stripped) = rest.strip_prefix(b"#") {
+        if stripped.len() >= 5 {
+            return ErrorPacket::new(
+                code,
+                &String::from_utf8_lossy(&stripped[..5]),
+                String::from_utf8_lossy(&stripped[5..]),
+            );
+        }
+    }
+    ErrorPacket::new(code, "HY000", String::from_utf8_lossy(rest))
+}

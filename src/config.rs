@@ -1,0 +1,413 @@
+//! Configuration: command-line flags, `MSGPROXY_*` environment variables, and an optional strict
+//! TOML file. Precedence: flag or environment variable, then the file, then the default.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use serde::Deserialize;
+
+use crate::protocol::auth;
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:3307";
+pub const DEFAULT_BACKEND: &str = "mysql://root@127.0.0.1:3306/test";
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1000;
+
+/// msgproxy: a MySQL-protocol proxy that turns message tables into durable queues.
+#[derive(Debug, Parser)]
+#[command(name = "msgproxy", version, about, long_about = None)]
+pub struct Cli {
+    /// Address to listen on for MySQL clients [default: 127.0.0.1:3307]
+    #[arg(long, env = "MSGPROXY_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Backend server and the credentials the proxy uses there, as
+    /// mysql://user:password@host:port/database [default: mysql://root@127.0.0.1:3306/test]
+    #[arg(long, env = "MSGPROXY_BACKEND", value_name = "URL")]
+    pub backend: Option<String>,
+
+    /// Optional TOML file with users, TLS and the settings above (unknown keys are errors)
+    #[arg(long, env = "MSGPROXY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Most client connections served at once; more get error 1040 [default: 1000]
+    #[arg(long, env = "MSGPROXY_MAX_CONNECTIONS", value_name = "N")]
+    pub max_connections: Option<usize>,
+
+    /// PEM certificate chain for client TLS (needs --tls-key) [default: no TLS]
+    #[arg(long, env = "MSGPROXY_TLS_CERT", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key for client TLS [default: no TLS]
+    #[arg(long, env = "MSGPROXY_TLS_KEY", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Refuse clients that do not use TLS (error 3159) [default: false]
+    #[arg(long, env = "MSGPROXY_REQUIRE_TLS")]
+    pub require_tls: bool,
+}
+
+/// The optional configuration file. Every key is optional; unknown keys are errors so that a typo
+/// never silently falls back to a default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Address to listen on for MySQL clients.
+    pub listen: Option<SocketAddr>,
+    /// Backend URL, as `--backend`.
+    pub backend: Option<String>,
+    /// Most client connections served at once.
+    pub max_connections: Option<usize>,
+    /// Seconds the proxy waits to reach the backend before telling the client it cannot.
+    pub backend_connect_timeout: Option<f64>,
+    /// Seconds a client has to finish the handshake.
+    pub handshake_timeout: Option<f64>,
+    /// The users clients log in as. The proxy checks their passwords itself.
+    #[serde(default)]
+    pub users: Vec<UserConfig>,
+    /// TLS for client connections.
+    pub tls: Option<TlsConfig>,
+}
+
+/// One user of the proxy. Give `password`, or `password_hash` (the `*HEX` form of
+/// `mysql_native_password`, as `SELECT PASSWORD('...')` prints it).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub name: String,
+    pub password: Option<String>,
+    pub password_hash: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain.
+    pub cert: PathBuf,
+    /// PEM private key.
+    pub key: PathBuf,
+    /// Refuse clients that do not use TLS.
+    #[serde(default)]
+    pub require: bool,
+}
+
+/// Where the backend is and how the proxy logs in there.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BackendTarget {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    pub password: String,
+    pub database: Option<String>,
+}
+
+impl std::fmt::Debug for BackendTarget {
+    // Written by hand so the password never reaches a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.redacted())
+    }
+}
+
+impl BackendTarget {
+    /// The URL with the password masked, for logs and errors.
+    pub fn redacted(&self) -> String {
+        let pw = if self.password.is_empty() { "" } else { ":***" };
+        format!(
+            "mysql://{}{}@{}:{}/{}",
+            self.user,
+            pw,
+            self.host,
+            self.port,
+            self.database.as_deref().unwrap_or("")
+        )
+    }
+
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
+    pub fn parse(url: &str) -> Result<BackendTarget, ConfigError> {
+        let bad = |why: &str| {
+            ConfigError::BackendUrl(format!(
+                "{why} (expected mysql://user:password@host:port/database)"
+            ))
+        };
+        let u = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+        if u.scheme() != "mysql" && u.scheme() != "mariadb" {
+            return Err(bad(&format!("unsupported scheme '{}'", u.scheme())));
+        }
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let host = u.host_str().ok_or_else(|| bad("no host"))?;
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let user = if u.username().is_empty() {
+            "root".to_string()
+        } else {
+            decode(u.username())
+        };
+        let database = Some(decode(u.path().trim_start_matches('/'))).filter(|d| !d.is_empty());
+        Ok(BackendTarget {
+            host,
+            port: u.port().unwrap_or(3306),
+            user,
+            password: u.password().map(decode).unwrap_or_default(),
+            database,
+        })
+    }
+}
+
+/// A user the proxy accepts.
+#[derive(Clone)]
+pub struct User {
+    pub name: String,
+    pub secret: Secret,
+}
+
+/// How a user's password is known.
+#[derive(Clone)]
+pub enum Secret {
+    /// The password itself: every plugin can be checked.
+    Plain(Vec<u8>),
+    /// SHA1(SHA1(password)): only `mysql_native_password` can be checked.
+    NativeHash([u8; 20]),
+}
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// TLS settings, resolved.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// The resolved configuration the server runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub backend: BackendTarget,
+    pub max_connections: usize,
+    pub backend_connect_timeout: Duration,
+    pub handshake_timeout: Duration,
+    /// Empty means "root with an empty password", allowed only on a loopback address.
+    pub users: Vec<User>,
+    pub tls: Option<TlsSettings>,
+    pub require_tls: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid backend URL: {0}")]
+    BackendUrl(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    pub fn from_cli(cli: Cli) -> Result<Config, ConfigError> {
+        let file = match &cli.config {
+            Some(path) => load_file(path)?,
+            None => FileConfig::default(),
+        };
+        Config::merge(cli, file)
+    }
+
+    pub fn merge(cli: Cli, file: FileConfig) -> Result<Config, ConfigError> {
+        let listen = cli
+            .listen
+            .or(file.listen)
+            .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("the default address parses"));
+        let backend_url = cli
+            .backend
+            .or(file.backend)
+            .unwrap_or_else(|| DEFAULT_BACKEND.into());
+        let backend = BackendTarget::parse(&backend_url)?;
+        let users = file
+            .users
+            .into_iter()
+            .map(resolve_user)
+            .collect::<Result<Vec<_>, _>>()?;
+        if users.is_empty() && !listen.ip().is_loopback() {
+            return Err(ConfigError::Invalid(format!(
+                "refusing to listen on {listen} without users: with no users configured msgproxy \
+                 accepts root with an empty password, which is only safe on a loopback address. \
+                 Add users to a config file given with --config, e.g.\n\n  [[users]]\n  name = \"app\"\n  password = \"a-long-secret\"\n\nor listen on 127.0.0.1"
+            )));
+        }
+        let (tls_cert, tls_key, file_require) = match file.tls {
+            Some(t) => (Some(t.cert), Some(t.key), t.require),
+            None => (None, None, false),
+        };
+        let cert = cli.tls_cert.or(tls_cert);
+        let key = cli.tls_key.or(tls_key);
+        let tls = match (cert, key) {
+            (Some(cert), Some(key)) => Some(TlsSettings { cert, key }),
+            (None, None) => None,
+            _ => return Err(ConfigError::Invalid("TLS needs both a certificate and a key (--tls-cert and --tls-key, or [tls] cert and key)".into())),
+        };
+        let require_tls = cli.require_tls || file_require;
+        if require_tls && tls.is_none() {
+            return Err(ConfigError::Invalid(
+                "require_tls is set but no TLS certificate and key are configured".into(),
+            ));
+        }
+        let seconds = |v: Option<f64>, default: f64, name: &str| -> Result<Duration, ConfigError> {
+            let v = v.unwrap_or(default);
+            Duration::try_from_secs_f64(v)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "{name} must be a positive number of seconds, not {v}"
+                    ))
+                })
+        };
+        let max_connections = cli
+            .max_connections
+            .or(file.max_connections)
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        if max_connections == 0 {
+            return Err(ConfigError::Invalid(
+                "max_connections must be at least 1".into(),
+            ));
+        }
+        Ok(Config {
+            listen,
+            backend,
+            max_connections,
+            backend_connect_timeout: seconds(
+                file.backend_connect_timeout,
+                10.0,
+                "backend_connect_timeout",
+            )?,
+            handshake_timeout: seconds(file.handshake_timeout, 10.0, "handshake_timeout")?,
+            users,
+            tls,
+            require_tls,
+        })
+    }
+}
+
+fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.into(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.into(),
+        message: e.to_string(),
+    })
+}
+
+fn resolve_user(u: UserConfig) -> Result<User, ConfigError> {
+    if u.name.is_empty() {
+        return Err(ConfigError::Invalid(
+            "a [[users]] entry has an empty name".into(),
+        ));
+    }
+    let secret = match (u.password, u.password_hash) {
+        (Some(p), None) => Secret::Plain(p.into_bytes()),
+        (None, Some(h)) => Secret::NativeHash(auth::parse_native_hash(&h).ok_or_else(|| {
+            ConfigError::Invalid(format!(
+                "user '{}': password_hash must be '*' followed by 40 hex digits (as SELECT PASSWORD('...') prints it)",
+                u.name
+            ))
+        })?),
+        (None, None) => Secret::Plain(Vec::new()),
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::Invalid(format!("user '{}': give password or password_hash, not both", u.name)))
+        }
+    };
+    Ok(User {
+        name: u.name,
+        secret,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(args: &[&str]) -> Cli {
+        let mut v = vec!["msgproxy"];
+        v.extend_from_slice(args);
+        Cli::try_parse_from(v).unwrap()
+    }
+
+    #[test]
+    fn defaults() {
+        let c = Config::merge(cli(&[]), FileConfig::default()).unwrap();
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert_eq!(c.backend.host, "127.0.0.1");
+        assert_eq!(c.backend.port, 3306);
+        assert_eq!(c.backend.user, "root");
+        assert_eq!(c.backend.database.as_deref(), Some("test"));
+    }
+
+    #[test]
+    fn backend_url_with_password_is_decoded_and_redacted() {
+        let b = BackendTarget::parse("mysql://app:p%40ss@db.example:3310/shop").unwrap();
+        assert_eq!(
+            (b.user.as_str(), b.password.as_str(), b.port),
+            ("app", "p@ss", 3310)
+        );
+        assert!(!format!("{b:?}").contains("p@ss"));
+        assert!(b.redacted().contains(":***@"));
+        assert!(BackendTarget::parse("postgres://x@y/z").is_err());
+    }
+
+    #[test]
+    fn refuses_public_address_without_users() {
+        let err =
+            Config::merge(cli(&["--listen", "0.0.0.0:3307"]), FileConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("[[users]]"), "{err}");
+    }
+
+    #[test]
+    fn file_is_strict() {
+        let err = toml::from_str::<FileConfig>("listen = \"127.0.0.1:1\"\nlisen = 1").unwrap_err();
+        assert!(err.to_string().contains("lisen"));
+        let f: FileConfig =
+            toml::from_str("[[users]]\nname = \"app\"\npassword = \"pw\"\n").unwrap();
+        let c = Config::merge(cli(&["--listen", "0.0.0.0:1"]), f).unwrap();
+        assert_eq!(c.users.len(), 1);
+    }
+
+    #[test]
+    fn flags_override_file() {
+        let f: FileConfig =
+            toml::from_str("listen = \"127.0.0.1:1\"\nmax_connections = 5").unwrap();
+        let c = Config::merge(cli(&["--listen", "127.0.0.1:2"]), f).unwrap();
+        assert_eq!(c.listen.port(), 2);
+        assert_eq!(c.max_connections, 5);
+    }
+
+    #[test]
+    fn require_tls_needs_a_certificate() {
+        assert!(Config::merge(cli(&["--require-tls"]), FileConfig::default()).is_err());
+    }
+}

@@ -1,0 +1,282 @@
+//! The connection phase of one client: greeting, optional TLS upgrade, the proxy's own password
+//! check, then the login to the backend with the client's session settings.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{BufMut, BytesMut};
+use mysql_common::constants::CapabilityFlags;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tracing::debug;
+
+use super::session::Session;
+use super::Context;
+use crate::backend::{unsupported_capabilities, Backend, LoginReply};
+use crate::config::Secret;
+use crate::protocol::auth::{self, Plugin};
+use crate::protocol::commands::*;
+use crate::protocol::handshake::{self, Greeting, HandshakeResponse, NATIVE_PASSWORD};
+use crate::protocol::packet::{write_packet, Packet, PacketReader};
+use crate::protocol::wire::ErrorPacket;
+
+/// Suffix added to the backend's version in the greeting, so `SELECT VERSION()` (the backend's)
+/// and the handshake (the proxy's) can be told apart while drivers still parse the version.
+pub const VERSION_SUFFIX: &[u8] = b"-msgproxy";
+
+/// Serves one client connection from accept to close.
+pub async fn serve(ctx: Arc<Context>, tcp: TcpStream, peer: SocketAddr) {
+    let _ = tcp.set_nodelay(true);
+    let mut client = PacketReader::new(tcp);
+    // The backend connection comes first so the client's connection id can be the backend's
+    // thread id: CONNECTION_ID(), the process list and KILL then agree without translation.
+    let backend = match Backend::connect(&ctx.config.backend, ctx.config.backend_connect_timeout)
+        .await
+    {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(%peer, "refusing client: {e}");
+            let err = match e {
+                crate::backend::BackendError::Refused(err) => err,
+                other => ErrorPacket::new(
+                    CR_CONN_HOST_ERROR,
+                    "HY000",
+                    format!("msgproxy cannot reach its backend MySQL server ({}): {other}; retry when it is back", ctx.config.backend.address()),
+                ),
+            };
+            let _ = write_packet(client.get_mut(), 0, &err.encode(false)).await;
+            return;
+        }
+    };
+    let handshake_timeout = ctx.config.handshake_timeout;
+    let login = connection_phase(ctx.clone(), client, backend, peer);
+    match tokio::time::timeout(handshake_timeout, login).await {
+        Ok(Ok(Some(session))) => session.run_boxed().await,
+        Ok(Ok(None)) => {}
+        Ok(Err(e)) => debug!(%peer, "handshake failed: {e}"),
+        Err(_) => debug!(%peer, "handshake timed out"),
+    }
+}
+
+/// A session ready to run, whatever stream the client ended up on.
+pub enum ReadySession {
+    Plain(Session<TcpStream>),
+    Tls(Box<Session<tokio_rustls::server::TlsStream<TcpStream>>>),
+}
+
+impl ReadySession {
+    async fn run_boxed(self) {
+        match self {
+            ReadySession::Plain(s) => s.run().await,
+            ReadySession::Tls(s) => s.run().await,
+        }
+    }
+}
+
+/// The capabilities the proxy offers a client: the backend's, minus what the relay does not
+/// support, plus TLS when configured.
+fn offered_capabilities(ctx: &Context, backend: &Backend) -> CapabilityFlags {
+    let mut caps = backend.greeting.capabilities - unsupported_capabilities();
+    caps |= CapabilityFlags::CLIENT_PROTOCOL_41
+        | CapabilityFlags::CLIENT_SECURE_CONNECTION
+        | CapabilityFlags::CLIENT_PLUGIN_AUTH;
+    caps.set(CapabilityFlags::CLIENT_SSL, ctx.tls.is_some());
+    caps
+}
+
+async fn connection_phase(
+    ctx: Arc<Context>,
+    mut client: PacketReader<TcpStream>,
+    backend: Backend,
+    peer: SocketAddr,
+) -> std::io::Result<Option<ReadySession>> {
+    let nonce = auth::new_nonce();
+    let offered = offered_capabilities(&ctx, &backend);
+    let mut version = backend.greeting.server_version.clone();
+    version.extend_from_slice(VERSION_SUFFIX);
+    let greeting = Greeting {
+        server_version: &version,
+        connection_id: backend.greeting.connection_id,
+        nonce: &nonce,
+        capabilities: offered,
+        collation: backend.greeting.collation,
+        status: backend.greeting.status,
+        auth_plugin: NATIVE_PASSWORD,
+    };
+    write_packet(client.get_mut(), 0, &greeting.encode()).await?;
+    let first = client.next_logical_packet(1 << 20).await?;
+    if let Some(_caps) = handshake::ssl_request_capabilities(&first.payload) {
+        let Some(acceptor) = ctx.tls.clone() else {
+            let err = ErrorPacket::new(
+                ER_HANDSHAKE_ERROR,
+                "08S01",
+                "TLS was requested but msgproxy has no TLS certificate configured",
+            );
+            write_packet(
+                client.get_mut(),
+                first.seq.wrapping_add(1),
+                &err.encode(true),
+            )
+            .await?;
+            return Ok(None);
+        };
+        let (tcp, leftover) = client.into_parts();
+        if !leftover.is_empty() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "data after the SSL request",
+            ));
+        }
+        let tls = acceptor.accept(tcp).await?;
+        let mut client = PacketReader::new(tls);
+        let response = client.next_logical_packet(1 << 20).await?;
+        let session =
+            authenticate(ctx, client, response, backend, nonce, offered, peer, true).await?;
+        return Ok(session.map(|s| ReadySession::Tls(Box::new(s))));
+    }
+    let session = authenticate(ctx, client, first, backend, nonce, offered, peer, false).await?;
+    Ok(session.map(ReadySession::Plain))
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
+    ctx: Arc<Context>,
+    mut client: PacketReader<S>,
+    response_packet: Packet,
+    mut backend: Backend,
+    nonce: [u8; 20],
+    offered: CapabilityFlags,
+    peer: SocketAddr,
+    secure: bool,
+) -> std::io::Result<Option<Session<S>>> {
+    let mut seq = response_packet.seq.wrapping_add(1);
+    let response = match HandshakeResponse::parse(&response_packet.payload) {
+        Ok(r) => r,
+        Err(e) => {
+            let err = ErrorPacket::new(ER_HANDSHAKE_ERROR, "08S01", format!("Bad handshake: {e}"));
+            write_packet(client.get_mut(), seq, &err.encode(true)).await?;
+            return Ok(None);
+        }
+    };
+    if ctx.config.require_tls && !secure {
+        let err = ErrorPacket::new(
+            ER_SECURE_TRANSPORT_REQUIRED,
+            "HY000",
+            "Connections using insecure transport are prohibited: msgproxy requires TLS; connect with TLS (e.g. --ssl)",
+        );
+        write_packet(client.get_mut(), seq, &err.encode(true)).await?;
+        return Ok(None);
+    }
+    let user = String::from_utf8_lossy(response.user).into_owned();
+    let named_plugin = response.auth_plugin.and_then(Plugin::from_name);
+    let plugin_auth = response
+        .capabilities
+        .contains(CapabilityFlags::CLIENT_PLUGIN_AUTH);
+    let (plugin, auth_response): (Plugin, Vec<u8>) = match named_plugin {
+        Some(p) if can_check(&ctx, &user, p) => (p, response.auth_response.to_vec()),
+        None if !plugin_auth => (Plugin::Native, response.auth_response.to_vec()),
+        _ => {
+            // A plugin we cannot check (or a hash-only user under caching_sha2): ask the client
+            // to answer the same challenge with mysql_native_password instead.
+            write_packet(client.get_mut(), seq, &auth_switch_request(&nonce)).await?;
+            let reply = client.next_logical_packet(1 << 16).await?;
+            seq = reply.seq.wrapping_add(1);
+            (Plugin::Native, reply.payload.to_vec())
+        }
+    };
+    if !check_password(&ctx, &user, plugin, &nonce, &auth_response) {
+        let err = access_denied(&user, peer, !auth_response.is_empty());
+        write_packet(client.get_mut(), seq, &err.encode(true)).await?;
+        return Ok(None);
+    }
+    if plugin == Plugin::CachingSha2 && !auth_response.is_empty() {
+        // caching_sha2_password "fast auth succeeded"; the OK follows.
+        seq = write_packet(client.get_mut(), seq, &[0x01, 0x03]).await?;
+    }
+    let session_caps = response.capabilities & offered;
+    let reply = match backend.login(&ctx.config.backend, &response).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(%peer, "backend login failed: {e}");
+            let err = ErrorPacket::new(
+                CR_CONN_HOST_ERROR,
+                "HY000",
+                format!("msgproxy could not log in to its backend: {e}"),
+            );
+            write_packet(client.get_mut(), seq, &err.encode(true)).await?;
+            return Ok(None);
+        }
+    };
+    match reply {
+        LoginReply::Ok(ok) => {
+            write_packet(client.get_mut(), seq, &ok).await?;
+            let status =
+                crate::protocol::wire::status_flags(&ok).unwrap_or(backend.greeting.status);
+            debug!(%peer, user, id = backend.greeting.connection_id, "client logged in");
+            Ok(Some(Session::new(
+                ctx,
+                client,
+                backend,
+                session_caps,
+                status,
+                nonce,
+                user,
+                peer,
+            )))
+        }
+        LoginReply::Err(err) => {
+            // The backend's own refusal (unknown database, too many connections, ...).
+            write_packet(client.get_mut(), seq, &err).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Whether the proxy can check a response made with `plugin` for this user.
+pub fn can_check(ctx: &Context, user: &str, plugin: Plugin) -> bool {
+    match ctx.find_user(user) {
+        Some(u) => matches!(u.secret, Secret::Plain(_)) || plugin == Plugin::Native,
+        None => true,
+    }
+}
+
+/// Checks a client's response against the configured users.
+pub fn check_password(
+    ctx: &Context,
+    user: &str,
+    plugin: Plugin,
+    nonce: &[u8],
+    response: &[u8],
+) -> bool {
+    match ctx.find_user(user) {
+        Some(u) => match &u.secret {
+            Secret::Plain(pw) => auth::verify(plugin, nonce, pw, response),
+            Secret::NativeHash(h) => {
+                plugin == Plugin::Native && auth::verify_native_hash(nonce, h, response)
+            }
+        },
+        None => false,
+    }
+}
+
+pub fn auth_switch_request(nonce: &[u8; 20]) -> BytesMut {
+    let mut out = BytesMut::with_capacity(48);
+    out.put_u8(0xFE);
+    out.put_slice(NATIVE_PASSWORD.as_bytes());
+    out.put_u8(0);
+    out.put_slice(nonce);
+    out.put_u8(0);
+    out
+}
+
+pub fn access_denied(user: &str, peer: SocketAddr, using_password: bool) -> ErrorPacket {
+    ErrorPacket::new(
+        ER_ACCESS_DENIED_ERROR,
+        "28000",
+        format!(
+            "Access denied for user '{user}'@'{}' (using password: {})",
+            peer.ip(),
+            if using_password { "YES" } else { "NO" }
+        ),
+    )
+}

@@ -1,0 +1,137 @@
+//! The front door: the accept loop (connection limit, back-off on accept errors, graceful
+//! shutdown) and, in submodules, everything one client session does.
+
+mod login;
+mod session;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::config::{Config, Secret, User};
+use crate::protocol::commands::ER_CON_COUNT_ERROR;
+use crate::protocol::packet::write_packet;
+use crate::protocol::wire::ErrorPacket;
+
+pub use login::VERSION_SUFFIX;
+
+/// What every session shares.
+pub struct Context {
+    pub config: Config,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// Cancelled when the proxy shuts down; idle sessions close, busy ones finish their command.
+    pub shutdown: CancellationToken,
+    implicit_root: User,
+}
+
+impl Context {
+    pub fn new(config: Config, shutdown: CancellationToken) -> Result<Context, tls::TlsSetupError> {
+        let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
+        Ok(Context {
+            config,
+            tls,
+            shutdown,
+            implicit_root: User {
+                name: "root".into(),
+                secret: Secret::Plain(Vec::new()),
+            },
+        })
+    }
+
+    /// The configured user of that name; with no users configured, only `root` with an empty
+    /// password (the config refuses that on anything but a loopback address).
+    pub fn find_user(&self, name: &str) -> Option<&User> {
+        if self.config.users.is_empty() {
+            return (name == "root").then_some(&self.implicit_root);
+        }
+        self.config.users.iter().find(|u| u.name == name)
+    }
+}
+
+/// A bound listener, ready to serve.
+pub struct Server {
+    listener: TcpListener,
+    ctx: Arc<Context>,
+}
+
+/// How long busy sessions may take to finish after shutdown begins.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Server {
+    pub async fn bind(ctx: Context) -> std::io::Result<Server> {
+        let listener = TcpListener::bind(ctx.config.listen).await?;
+        Ok(Server {
+            listener,
+            ctx: Arc::new(ctx),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts clients until shutdown, then waits (bounded) for sessions to finish.
+    pub async fn run(self) {
+        let permits = Arc::new(Semaphore::new(self.ctx.config.max_connections));
+        let tracker = TaskTracker::new();
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            let accepted = tokio::select! {
+                r = self.listener.accept() => r,
+                _ = self.ctx.shutdown.cancelled() => break,
+            };
+            let (tcp, peer) = match accepted {
+                Ok(a) => {
+                    backoff = Duration::from_millis(10);
+                    a
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: wait a little instead of spinning.
+                    warn!("accept failed: {e}; retrying in {backoff:?}");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    continue;
+                }
+            };
+            match permits.clone().try_acquire_owned() {
+                Ok(permit) => {
+                    let ctx = self.ctx.clone();
+                    tracker.spawn(async move {
+                        login::serve(ctx, tcp, peer).await;
+                        drop(permit);
+                    });
+                }
+                Err(_) => {
+                    tracker.spawn(refuse_too_many(tcp, self.ctx.config.max_connections));
+                }
+            }
+        }
+        tracker.close();
+        info!(
+            "shutting down: waiting for {} session(s) to finish",
+            tracker.len()
+        );
+        if tokio::time::timeout(DRAIN_TIMEOUT, tracker.wait())
+            .await
+            .is_err()
+        {
+            warn!("sessions still busy after {DRAIN_TIMEOUT:?}; closing them");
+        }
+    }
+}
+
+async fn refuse_too_many(mut tcp: TcpStream, max: usize) {
+    let err = ErrorPacket::new(
+        ER_CON_COUNT_ERROR,
+        "08004",
+        format!("Too many connections: msgproxy serves at most {max} clients (--max-connections)"),
+    );
+    let _ = write_packet(&mut tcp, 0, &err.encode(false)).await;
+}

@@ -1,0 +1,372 @@
+//! One client session after login: read a command, classify it, relay it to the session's own
+//! backend connection (or, later, hand it to the message engine), and relay the answer back.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mysql_common::constants::CapabilityFlags;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tracing::{debug, warn};
+
+use super::login::{access_denied, auth_switch_request, can_check, check_password};
+use super::Context;
+use crate::backend::{Backend, LoginReply};
+use crate::protocol::auth::Plugin;
+use crate::protocol::commands::*;
+use crate::protocol::packet::{parse_header, write_packet, PacketReader, MAX_PAYLOAD};
+use crate::protocol::wire::{self, ErrorPacket, Reader};
+use crate::relay::{Relay, RelayError, ResponseKind};
+use crate::sql::{self, Action};
+
+/// A logged-in client and its backend connection.
+pub struct Session<S> {
+    ctx: Arc<Context>,
+    client: PacketReader<S>,
+    backend: Backend,
+    relay: Relay,
+    capabilities: CapabilityFlags,
+    /// The challenge of the initial handshake; clients answer COM_CHANGE_USER with it.
+    nonce: [u8; 20],
+    user: String,
+    peer: SocketAddr,
+}
+
+/// Why a session ended. Most endings are ordinary (the client quit or hung up).
+#[derive(Debug, thiserror::Error)]
+enum SessionEnd {
+    #[error("client quit")]
+    Quit,
+    #[error("client connection closed: {0}")]
+    Client(std::io::Error),
+    #[error("backend connection lost: {0}")]
+    Backend(std::io::Error),
+    #[error("backend sent a malformed response")]
+    Protocol,
+    #[error("proxy shutting down")]
+    Shutdown,
+}
+
+impl From<RelayError> for SessionEnd {
+    fn from(e: RelayError) -> Self {
+        match e {
+            RelayError::Client(e) => SessionEnd::Client(e),
+            RelayError::Backend(e) => SessionEnd::Backend(e),
+            RelayError::Protocol => SessionEnd::Protocol,
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        ctx: Arc<Context>,
+        client: PacketReader<S>,
+        backend: Backend,
+        capabilities: CapabilityFlags,
+        status: u16,
+        nonce: [u8; 20],
+        user: String,
+        peer: SocketAddr,
+    ) -> Self {
+        Session {
+            ctx,
+            client,
+            backend,
+            relay: Relay::new(capabilities, status),
+            capabilities,
+            nonce,
+            user,
+            peer,
+        }
+    }
+
+    pub async fn run(mut self) {
+        let end = self.command_loop().await;
+        let peer = self.peer;
+        match &end {
+            SessionEnd::Quit | SessionEnd::Client(_) => debug!(%peer, "session ended: {end}"),
+            SessionEnd::Shutdown => {
+                self.backend.quit().await;
+                return;
+            }
+            SessionEnd::Backend(_) | SessionEnd::Protocol => {
+                warn!(%peer, user = %self.user, "session ended: {end}");
+                let err = ErrorPacket::new(
+                    CR_SERVER_LOST,
+                    "HY000",
+                    format!(
+                        "Lost connection to the backend MySQL server ({}) during the query: {end}; msgproxy has closed this session, reconnect to continue",
+                        self.ctx.config.backend.address()
+                    ),
+                );
+                let _ = write_packet(
+                    self.client.get_mut(),
+                    self.relay.next_seq,
+                    &err.encode(true),
+                )
+                .await;
+            }
+        }
+        let _ = self.client.get_mut().shutdown().await;
+    }
+
+    async fn command_loop(&mut self) -> SessionEnd {
+        loop {
+            if let Err(end) = self.wait_for_command().await {
+                return end;
+            }
+            if let Err(end) = self.serve_command().await {
+                return end;
+            }
+        }
+    }
+
+    /// Waits until the client sends a command. Meanwhile watches the backend: if it closes the
+    /// connection (KILL, wait_timeout, shutdown) the client is told at once, as a direct
+    /// connection would be, instead of at its next command.
+    async fn wait_for_command(&mut self) -> Result<(), SessionEnd> {
+        let backend_idle = self.backend.conn.buffered().is_empty();
+        tokio::select! {
+            biased;
+            r = self.client.peek_header() => r.map(|_| ()).map_err(SessionEnd::Client),
+            r = self.backend.conn.fill(), if backend_idle => {
+                // Whatever the backend says unprompted (a "killed" or "timeout" error) goes to
+                // the client unchanged; then the session ends with the backend connection.
+                let said = self.backend.conn.take_buffered(usize::MAX);
+                if !said.is_empty() {
+                    let _ = self.client.get_mut().write_all(&said).await;
+                }
+                Err(match r {
+                    Ok(0) | Ok(_) => SessionEnd::Backend(std::io::ErrorKind::ConnectionAborted.into()),
+                    Err(e) => SessionEnd::Backend(e),
+                })
+            }
+            _ = self.ctx.shutdown.cancelled() => Err(SessionEnd::Shutdown),
+        }
+    }
+
+    async fn serve_command(&mut self) -> Result<(), SessionEnd> {
+        let raw = self
+            .client
+            .next_raw_packet()
+            .await
+            .map_err(SessionEnd::Client)?;
+        let payload = &raw[4..];
+        let Some(&command) = payload.first() else {
+            return self
+                .reply_error(ErrorPacket::new(
+                    ER_UNKNOWN_COM_ERROR,
+                    "08S01",
+                    "Empty command packet",
+                ))
+                .await;
+        };
+        let kind = match command {
+            COM_QUIT => {
+                let _ = self.backend.conn.get_mut().write_all(&raw).await;
+                return Err(SessionEnd::Quit);
+            }
+            COM_QUERY => {
+                let classification = sql::classify(&payload[1..]);
+                if classification.action == Action::Virtual {
+                    return self
+                        .reply_error(ErrorPacket::new(
+                            1235,
+                            "42000",
+                            "This statement is not supported by msgproxy yet",
+                        ))
+                        .await;
+                }
+                ResponseKind::Results
+            }
+            COM_CHANGE_USER => return self.change_user(&raw[4..]).await,
+            COM_BINLOG_DUMP | COM_BINLOG_DUMP_GTID | COM_REGISTER_SLAVE | COM_TABLE_DUMP
+            | COM_CONNECT_OUT => {
+                return self
+                    .reply_error(ErrorPacket::new(
+                        ER_UNKNOWN_COM_ERROR,
+                        "08S01",
+                        "Replication commands are not supported through msgproxy; connect replicas to the server directly",
+                    ))
+                    .await;
+            }
+            COM_STMT_EXECUTE | COM_PROCESS_INFO => ResponseKind::Results,
+            COM_STMT_PREPARE => ResponseKind::Prepare,
+            COM_STMT_FETCH => ResponseKind::Rows,
+            COM_FIELD_LIST => ResponseKind::FieldList,
+            COM_STMT_CLOSE | COM_STMT_SEND_LONG_DATA => {
+                // No response: just pass the command on.
+                self.send_to_backend(&raw).await?;
+                return Ok(());
+            }
+            _ => ResponseKind::Single,
+        };
+        self.send_to_backend(&raw).await?;
+        self.relay
+            .forward_response(kind, &mut self.client, &mut self.backend.conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Sends a command to the backend: this physical packet and, for a command of 16 MiB or
+    /// more, the physical packets that continue it, streamed as they arrive.
+    async fn send_to_backend(&mut self, raw: &[u8]) -> Result<(), SessionEnd> {
+        let backend = self.backend.conn.get_mut();
+        backend.write_all(raw).await.map_err(SessionEnd::Backend)?;
+        let (mut len, _) = parse_header(raw);
+        while len == MAX_PAYLOAD {
+            let next = self
+                .client
+                .next_raw_packet()
+                .await
+                .map_err(SessionEnd::Client)?;
+            len = parse_header(&next).0;
+            self.backend
+                .conn
+                .get_mut()
+                .write_all(&next)
+                .await
+                .map_err(SessionEnd::Backend)?;
+        }
+        self.backend
+            .conn
+            .get_mut()
+            .flush()
+            .await
+            .map_err(SessionEnd::Backend)?;
+        self.relay.next_seq = 1;
+        Ok(())
+    }
+
+    /// Answers the current command with an error of the proxy's own; the session goes on.
+    async fn reply_error(&mut self, err: ErrorPacket) -> Result<(), SessionEnd> {
+        write_packet(self.client.get_mut(), 1, &err.encode(true))
+            .await
+            .map(|_| ())
+            .map_err(SessionEnd::Client)
+    }
+
+    /// COM_CHANGE_USER: the new user is checked against the proxy's own users; the backend
+    /// connection is then reset with COM_CHANGE_USER for the proxy's backend user, so the
+    /// session state is cleared exactly as the server clears it.
+    async fn change_user(&mut self, payload: &[u8]) -> Result<(), SessionEnd> {
+        let Some(request) = ChangeUser::parse(payload, self.capabilities) else {
+            return self
+                .reply_error(ErrorPacket::new(
+                    ER_UNKNOWN_COM_ERROR,
+                    "08S01",
+                    "Malformed COM_CHANGE_USER packet",
+                ))
+                .await;
+        };
+        let user = String::from_utf8_lossy(request.user).into_owned();
+        let client = self.client.get_mut();
+        let mut seq = 1u8;
+        let (plugin, response) = match request.plugin.and_then(Plugin::from_name) {
+            Some(p) if can_check(&self.ctx, &user, p) => (p, request.auth_response.to_vec()),
+            named if named.is_none() && request.plugin.is_none() => {
+                (Plugin::Native, request.auth_response.to_vec())
+            }
+            _ => {
+                write_packet(client, seq, &auth_switch_request(&self.nonce))
+                    .await
+                    .map_err(SessionEnd::Client)?;
+                let reply = self
+                    .client
+                    .next_logical_packet(1 << 16)
+                    .await
+                    .map_err(SessionEnd::Client)?;
+                seq = reply.seq.wrapping_add(1);
+                (Plugin::Native, reply.payload.to_vec())
+            }
+        };
+        let client = self.client.get_mut();
+        if !check_password(&self.ctx, &user, plugin, &self.nonce, &response) {
+            let err = access_denied(&user, self.peer, !response.is_empty());
+            write_packet(client, seq, &err.encode(true))
+                .await
+                .map_err(SessionEnd::Client)?;
+            return Ok(());
+        }
+        if plugin == Plugin::CachingSha2 && !response.is_empty() {
+            seq = write_packet(client, seq, &[0x01, 0x03])
+                .await
+                .map_err(SessionEnd::Client)?;
+        }
+        let reply = self
+            .backend
+            .change_user(
+                &self.ctx.config.backend,
+                request.database,
+                request.charset,
+                request.connect_attrs,
+            )
+            .await
+            .map_err(|e| SessionEnd::Backend(std::io::Error::other(e.to_string())))?;
+        let client = self.client.get_mut();
+        match reply {
+            LoginReply::Ok(ok) => {
+                self.relay = Relay::new(
+                    self.capabilities,
+                    wire::status_flags(&ok).unwrap_or(self.relay.status),
+                );
+                self.user = user;
+                write_packet(client, seq, &ok)
+                    .await
+                    .map_err(SessionEnd::Client)?;
+            }
+            LoginReply::Err(err) => {
+                write_packet(client, seq, &err)
+                    .await
+                    .map_err(SessionEnd::Client)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The fields of a COM_CHANGE_USER packet.
+struct ChangeUser<'a> {
+    user: &'a [u8],
+    auth_response: &'a [u8],
+    database: &'a [u8],
+    charset: Option<u16>,
+    plugin: Option<&'a [u8]>,
+    connect_attrs: Option<&'a [u8]>,
+}
+
+impl<'a> ChangeUser<'a> {
+    fn parse(payload: &'a [u8], caps: CapabilityFlags) -> Option<ChangeUser<'a>> {
+        let mut r = Reader::new(payload.get(1..)?);
+        let user = r.null_terminated()?;
+        let auth_response = if caps.contains(CapabilityFlags::CLIENT_SECURE_CONNECTION) {
+            let n = r.u8()? as usize;
+            r.bytes(n)?
+        } else {
+            r.null_terminated()?
+        };
+        let database = r.null_terminated_or_rest();
+        let charset = if r.is_empty() { None } else { r.u16() };
+        let plugin = if caps.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH) && !r.is_empty() {
+            Some(r.null_terminated_or_rest())
+        } else {
+            None
+        };
+        let connect_attrs = if caps.contains(CapabilityFlags::CLIENT_CONNECT_ATTRS) && !r.is_empty()
+        {
+            let start = r.remaining();
+            r.lenenc_bytes()?;
+            Some(&start[..start.len() - r.remaining().len()])
+        } else {
+            None
+        };
+        Some(ChangeUser {
+            user,
+            auth_response,
+            database,
+            charset,
+            plugin,
+            connect_attrs,
+        })
+    }
+}

@@ -1,0 +1,20 @@
+//! msgproxy — a MySQL-protocol proxy that turns tables into durable message queues.
+//!
+//! # Layout
+//!
+//! - [`config`] — command-line flags, `MSGPROXY_*` environment variables and the optional strict TOML file.
+//! - [`protocol`] — the MySQL wire format for the server side: packet framing, handshake, authentication
+//!   and the encoders for OK / ERR packets. Knows nothing of message tables.
+//! - [`backend`] — opens and authenticates one backend connection per client session.
+//! - [`relay`] — forwards one command to the backend and its response back, parsing only enough to
+//!   know where the response ends and what the session's status flags are.
+//! - [`frontend`] — the accept loop (connection limit, graceful shutdown) and the per-client session.
+//! - [`sql`] — the statement classifier: relay, or a virtual statement for the message engine.
+
+pub mod sql;
+
+pub mod backend;
+pub mod config;
+pub mod frontend;
+pub mod protocol;
+pub mod relay;

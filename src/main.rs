@@ -1,0 +1,104 @@
+//! The msgproxy binary: parse the configuration, set up logging, start the server, and stop
+//! gracefully on SIGINT/SIGTERM.
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use msgproxy::backend::Backend;
+use msgproxy::config::{Cli, Config};
+use msgproxy::frontend::{Context, Server};
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MSGPROXY_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let config = match Config::from_cli(Cli::parse()) {
+        Ok(c) => c,
+        Err(e) => {
+            error!("{e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            error!("cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(config))
+}
+
+async fn run(config: Config) -> std::process::ExitCode {
+    let shutdown = CancellationToken::new();
+    let backend = config.backend.clone();
+    let timeout = config.backend_connect_timeout;
+    let listen = config.listen;
+    let ctx = match Context::new(config, shutdown.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            error!("{e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let server = match Server::bind(ctx).await {
+        Ok(s) => s,
+        Err(e) => {
+            error!("cannot listen on {listen}: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let local = server
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| listen.to_string());
+    match Backend::connect(&backend, timeout).await {
+        Ok(b) => {
+            info!(
+                "msgproxy listening on {local}, backend {} (server version {})",
+                backend.redacted(),
+                String::from_utf8_lossy(&b.greeting.server_version)
+            );
+            b.quit().await;
+        }
+        Err(e) => warn!(
+            "msgproxy listening on {local}, backend {} not reachable yet ({e}); clients get error 2003 until it is",
+            backend.redacted()
+        ),
+    }
+    tokio::spawn(stop_on_signal(shutdown));
+    server.run().await;
+    info!("msgproxy stopped");
+    std::process::ExitCode::SUCCESS
+}
+
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!("cannot watch SIGTERM: {e}");
+                    let _ = ctrl_c.await;
+                    shutdown.cancel();
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => info!("SIGINT received, shutting down"),
+            _ = term.recv() => info!("SIGTERM received, shutting down"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    shutdown.cancel();
+}

@@ -1,0 +1,343 @@
+//! Forwards the backend's response to one command back to the client, packet for packet.
+//!
+//! The relay looks into the response only as far as it must to know where it ends: the first
+//! packet of each result (OK, ERR, LOCAL INFILE request or column count), the count of column
+//! definitions, and the first byte and length of each row (to spot the EOF/OK or ERR that ends a
+//! result set). Rows and column definitions are never decoded; bytes leave in the same chunks they
+//! arrived in, and the client socket is written whenever the relay would otherwise wait for the
+//! backend, so a never-ending or huge result streams through with bounded memory.
+
+use bytes::BytesMut;
+use mysql_common::constants::{CapabilityFlags, StatusFlags};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use crate::protocol::packet::{parse_header, PacketReader, HEADER_LEN, MAX_PAYLOAD};
+use crate::protocol::wire::{self, Reader};
+
+/// The shape of response a command gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResponseKind {
+    /// COM_QUERY, COM_STMT_EXECUTE, COM_PROCESS_INFO: one or more results (OK, ERR, result set,
+    /// LOCAL INFILE exchange).
+    Results,
+    /// COM_STMT_PREPARE: a prepare-OK followed by parameter and column definitions.
+    Prepare,
+    /// COM_STMT_FETCH: rows, then EOF/OK.
+    Rows,
+    /// COM_FIELD_LIST: column definitions, then EOF.
+    FieldList,
+    /// Everything else that answers: one packet (OK, ERR, EOF or a string).
+    Single,
+}
+
+/// Where the relay is inside a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    FirstOfResult,
+    ColumnDefs { left: u64 },
+    EofAfterColumns,
+    Rows,
+    PrepareOk,
+    ParamDefs { left: u64, columns: u64 },
+    EofAfterParams { columns: u64 },
+    PrepareColumns { left: u64 },
+    EofAfterPrepareColumns,
+    FieldList,
+    Single,
+    Done,
+}
+
+/// Which side of the relay failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error("client connection: {0}")]
+    Client(std::io::Error),
+    #[error("backend connection: {0}")]
+    Backend(std::io::Error),
+    #[error("backend sent a malformed response")]
+    Protocol,
+}
+
+/// Per-session relay state.
+pub struct Relay {
+    deprecate_eof: bool,
+    /// Server status flags from the last OK/EOF packet (transaction state, autocommit, ...).
+    pub status: u16,
+    /// Sequence id the next packet to the client would carry; used to place an error of the
+    /// proxy's own when the backend fails mid-response.
+    pub next_seq: u8,
+}
+
+impl Relay {
+    pub fn new(session_capabilities: CapabilityFlags, initial_status: u16) -> Relay {
+        Relay {
+            deprecate_eof: session_capabilities.contains(CapabilityFlags::CLIENT_DEPRECATE_EOF),
+            status: initial_status,
+            next_seq: 1,
+        }
+    }
+
+    /// Whether the session is inside a transaction, as the server last reported.
+    pub fn in_transaction(&self) -> bool {
+        self.status & StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0
+    }
+
+    /// Forwards one complete response from `backend` to `client`.
+    pub async fn forward_response<C, B>(
+        &mut self,
+        kind: ResponseKind,
+        client: &mut PacketReader<C>,
+        backend: &mut PacketReader<B>,
+    ) -> Result<(), RelayError>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+        B: AsyncRead + AsyncWrite + Unpin,
+    {
+        let mut state = match kind {
+            ResponseKind::Results => State::FirstOfResult,
+            ResponseKind::Prepare => State::PrepareOk,
+            ResponseKind::Rows => State::Rows,
+            ResponseKind::FieldList => State::FieldList,
+            ResponseKind::Single => State::Single,
+        };
+        // Bytes ready for the client, written before any wait on the backend.
+        let mut pending = BytesMut::new();
+        // Bytes of the current packet still to pass through unexamined.
+        let mut skip = 0usize;
+        // Whether the previous physical packet was a full 16 MiB one, continued by this one.
+        let mut continuation = false;
+
+        loop {
+            if skip > 0 {
+                if backend.buffered().is_empty() {
+                    flush(client, &mut pending).await?;
+                    fill(backend).await?;
+                }
+                let chunk = backend.take_buffered(skip);
+                skip -= chunk.len();
+                pending.unsplit(chunk);
+                continue;
+            }
+            if state == State::Done {
+                return flush(client, &mut pending).await;
+            }
+            if backend.buffered().len() < HEADER_LEN + 1 {
+                flush(client, &mut pending).await?;
+                fill_at_least(backend, HEADER_LEN).await?;
+                let (len, _) = parse_header(backend.buffered());
+                if len > 0 {
+                    fill_at_least(backend, HEADER_LEN + 1).await?;
+                }
+            }
+            let (len, seq) = parse_header(backend.buffered());
+            self.next_seq = seq.wrapping_add(1);
+            let was_continuation = continuation;
+            continuation = len == MAX_PAYLOAD;
+            if was_continuation {
+                skip = HEADER_LEN + len;
+                continue;
+            }
+            let first = backend.buffered().get(HEADER_LEN).copied();
+            if !needs_whole_packet(state, first, len) {
+                // A row or definition: count it and let it through.
+                state = self.after_opaque_packet(state);
+                skip = HEADER_LEN + len;
+                continue;
+            }
+            if backend.buffered().len() < HEADER_LEN + len {
+                flush(client, &mut pending).await?;
+                fill_at_least(backend, HEADER_LEN + len).await?;
+            }
+            let raw = backend.take_buffered(HEADER_LEN + len);
+            let next = self.after_examined_packet(state, &raw[HEADER_LEN..])?;
+            pending.unsplit(raw);
+            if state == State::FirstOfResult && first == Some(wire::LOCAL_INFILE_HEADER) {
+                // The server asked for a local file: pass the request on, then the file's packets
+                // from the client up to the empty one that ends it; the server then answers.
+                flush(client, &mut pending).await?;
+                upload_local_file(client, backend).await?;
+            }
+            state = next;
+        }
+    }
+
+    /// The state after a packet that was passed through without being examined.
+    fn after_opaque_packet(&self, state: State) -> State {
+        match state {
+            State::ColumnDefs { left } if left > 1 => State::ColumnDefs { left: left - 1 },
+            State::ColumnDefs { .. } if self.deprecate_eof => State::Rows,
+            State::ColumnDefs { .. } => State::EofAfterColumns,
+            State::ParamDefs { left, columns } if left > 1 => State::ParamDefs {
+                left: left - 1,
+                columns,
+            },
+            State::ParamDefs { columns, .. } if !self.deprecate_eof => {
+                State::EofAfterParams { columns }
+            }
+            State::ParamDefs { columns, .. } => prepare_columns(columns),
+            State::PrepareColumns { left } if left > 1 => State::PrepareColumns { left: left - 1 },
+            State::PrepareColumns { .. } if self.deprecate_eof => State::Done,
+            State::PrepareColumns { .. } => State::EofAfterPrepareColumns,
+            other => other, // Rows and FieldList entries.
+        }
+    }
+
+    /// The state after a packet the relay had to read whole.
+    fn after_examined_packet(&mut self, state: State, payload: &[u8]) -> Result<State, RelayError> {
+        let first = payload.first().copied();
+        if first == Some(wire::ERR_HEADER) {
+            // An error ends the whole response, including any further results.
+            return Ok(State::Done);
+        }
+        Ok(match state {
+            State::FirstOfResult => match first {
+                Some(wire::OK_HEADER) => self.end_of_result(payload),
+                Some(wire::LOCAL_INFILE_HEADER) => State::FirstOfResult,
+                _ => {
+                    let columns = Reader::new(payload)
+                        .lenenc_int()
+                        .ok_or(RelayError::Protocol)?;
+                    if columns == 0 {
+                        return Err(RelayError::Protocol);
+                    }
+                    State::ColumnDefs { left: columns }
+                }
+            },
+            State::EofAfterColumns => {
+                let status = wire::status_flags(payload).ok_or(RelayError::Protocol)?;
+                self.status = status;
+                if status & StatusFlags::SERVER_STATUS_CURSOR_EXISTS.bits() != 0 {
+                    // COM_STMT_EXECUTE with a cursor: rows come later, through COM_STMT_FETCH.
+                    State::Done
+                } else {
+                    State::Rows
+                }
+            }
+            State::Rows => self.end_of_result(payload),
+            State::PrepareOk => {
+                let mut r = Reader::new(payload);
+                r.u8();
+                r.u32().ok_or(RelayError::Protocol)?;
+                let columns = r.u16().ok_or(RelayError::Protocol)? as u64;
+                let params = r.u16().ok_or(RelayError::Protocol)? as u64;
+                if params > 0 {
+                    State::ParamDefs {
+                        left: params,
+                        columns,
+                    }
+                } else {
+                    prepare_columns(columns)
+                }
+            }
+            State::EofAfterParams { columns } => prepare_columns(columns),
+            State::EofAfterPrepareColumns | State::FieldList | State::Single => {
+                if let Some(status) = wire::status_flags(payload) {
+                    self.status = status;
+                }
+                State::Done
+            }
+            State::ColumnDefs { .. }
+            | State::ParamDefs { .. }
+            | State::PrepareColumns { .. }
+            | State::Done => return Err(RelayError::Protocol),
+        })
+    }
+
+    /// An OK or EOF that ends one result: more results may follow.
+    fn end_of_result(&mut self, payload: &[u8]) -> State {
+        match wire::status_flags(payload) {
+            Some(status) => {
+                self.status = status;
+                if status & StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() != 0 {
+                    State::FirstOfResult
+                } else {
+                    State::Done
+                }
+            }
+            None => State::Done,
+        }
+    }
+}
+
+fn prepare_columns(columns: u64) -> State {
+    if columns > 0 {
+        State::PrepareColumns { left: columns }
+    } else {
+        State::Done
+    }
+}
+
+/// Whether the relay must see the whole packet: everything that may end a result or the
+/// response, or that says what follows. Rows and column definitions are passed through.
+fn needs_whole_packet(state: State, first: Option<u8>, len: usize) -> bool {
+    match state {
+        State::ColumnDefs { .. } | State::ParamDefs { .. } | State::PrepareColumns { .. } => false,
+        // In a result set, only an ERR or a short packet starting with 0xFE (EOF, or the OK that
+        // replaces it) ends it. A row can start with 0xFE only as the 8-byte length prefix of a
+        // string of 16 MiB or more, which makes its first physical packet exactly MAX_PAYLOAD long.
+        State::Rows | State::FieldList => {
+            first == Some(wire::ERR_HEADER)
+                || (first == Some(wire::EOF_HEADER) && len < MAX_PAYLOAD)
+        }
+        _ => true,
+    }
+}
+
+async fn flush<C: AsyncWrite + Unpin>(
+    client: &mut PacketReader<C>,
+    pending: &mut BytesMut,
+) -> Result<(), RelayError> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let w = client.get_mut();
+    w.write_all(pending).await.map_err(RelayError::Client)?;
+    w.flush().await.map_err(RelayError::Client)?;
+    // Dropping our handle lets the backend buffer reuse this memory.
+    *pending = BytesMut::new();
+    Ok(())
+}
+
+async fn fill<B: AsyncRead + Unpin>(backend: &mut PacketReader<B>) -> Result<(), RelayError> {
+    match backend.fill().await {
+        Ok(0) => Err(RelayError::Backend(
+            std::io::ErrorKind::UnexpectedEof.into(),
+        )),
+        Ok(_) => Ok(()),
+        Err(e) => Err(RelayError::Backend(e)),
+    }
+}
+
+async fn fill_at_least<B: AsyncRead + Unpin>(
+    backend: &mut PacketReader<B>,
+    n: usize,
+) -> Result<(), RelayError> {
+    backend.fill_to(n).await.map_err(RelayError::Backend)
+}
+
+/// Streams a LOCAL INFILE upload from the client to the backend: physical packets up to and
+/// including the empty packet that ends the file.
+async fn upload_local_file<C, B>(
+    client: &mut PacketReader<C>,
+    backend: &mut PacketReader<B>,
+) -> Result<(), RelayError>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut continuation = false;
+    loop {
+        let raw = client.next_raw_packet().await.map_err(RelayError::Client)?;
+        let (len, _) = parse_header(&raw);
+        backend
+            .get_mut()
+            .write_all(&raw)
+            .await
+            .map_err(RelayError::Backend)?;
+        let ends = len == 0 && !continuation;
+        continuation = len == MAX_PAYLOAD;
+        if ends {
+            return backend.get_mut().flush().await.map_err(RelayError::Backend);
+        }
+    }
+}

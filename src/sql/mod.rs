@@ -1,0 +1,199 @@
+//! The statement classifier.
+//!
+//! Every `COM_QUERY` passes through [`classify`] before anything else happens to it, so the common path is a
+//! cheap look at the statement's first keyword: no allocation, no regex, no full parse. Only the rare
+//! statements the proxy may have to act on (message statements, and later DML/DDL that may touch message
+//! tables) will ever get a full parse; everything else is relayed byte for byte.
+//!
+//! The interception rules live in one place: [`KEYWORDS`] names the keywords the proxy tells apart, and
+//! [`is_virtual`] says which of them the proxy answers itself. Both are exercised from the data files in
+//! `grammar-tests/`.
+
+mod classify;
+
+pub use classify::classify;
+
+/// What the proxy does with one statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Send the statement to the backend unchanged and relay the backend's answer.
+    Relay,
+    /// Answer the statement in the proxy (the message engine); the backend never sees it.
+    Virtual,
+}
+
+/// The statement's first keyword, as far as the proxy cares about it.
+///
+/// Keywords the proxy never needs to tell apart (`DO`, `HANDLER`, `EXPLAIN`, ...) are [`Keyword::Other`], as
+/// is anything that does not start with a keyword at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keyword {
+    Select,
+    Insert,
+    Replace,
+    Update,
+    Delete,
+    Create,
+    Alter,
+    Drop,
+    Rename,
+    Truncate,
+    Load,
+    Set,
+    Use,
+    Begin,
+    Start,
+    Commit,
+    Rollback,
+    Savepoint,
+    Release,
+    Xa,
+    Lock,
+    Unlock,
+    Kill,
+    Show,
+    Call,
+    With,
+    Stream,
+    Ack,
+    Other,
+}
+
+/// The one table of keywords the classifier recognises, spelled as in SQL (matched case-insensitively).
+///
+/// It is also the table the grammar tests use to read expectations, so a keyword added here is at once
+/// nameable in a `.test` file.
+pub const KEYWORDS: &[(&str, Keyword)] = &[
+    ("select", Keyword::Select),
+    ("insert", Keyword::Insert),
+    ("replace", Keyword::Replace),
+    ("update", Keyword::Update),
+    ("delete", Keyword::Delete),
+    ("create", Keyword::Create),
+    ("alter", Keyword::Alter),
+    ("drop", Keyword::Drop),
+    ("rename", Keyword::Rename),
+    ("truncate", Keyword::Truncate),
+    ("load", Keyword::Load),
+    ("set", Keyword::Set),
+    ("use", Keyword::Use),
+    ("begin", Keyword::Begin),
+    ("start", Keyword::Start),
+    ("commit", Keyword::Commit),
+    ("rollback", Keyword::Rollback),
+    ("savepoint", Keyword::Savepoint),
+    ("release", Keyword::Release),
+    ("xa", Keyword::Xa),
+    ("lock", Keyword::Lock),
+    ("unlock", Keyword::Unlock),
+    ("kill", Keyword::Kill),
+    ("show", Keyword::Show),
+    ("call", Keyword::Call),
+    ("with", Keyword::With),
+    ("stream", Keyword::Stream),
+    ("ack", Keyword::Ack),
+];
+
+/// The longest name in [`KEYWORDS`]; longer words are not looked up at all.
+const MAX_KEYWORD_LEN: usize = 9;
+
+impl Keyword {
+    /// Looks a word up in [`KEYWORDS`], ignoring ASCII case. Anything not in the table is [`Keyword::Other`].
+    pub fn lookup(word: &[u8]) -> Keyword {
+        if word.len() > MAX_KEYWORD_LEN {
+            return Keyword::Other;
+        }
+        KEYWORDS
+            .iter()
+            .find(|(name, _)| name.as_bytes().eq_ignore_ascii_case(word))
+            .map_or(Keyword::Other, |&(_, keyword)| keyword)
+    }
+
+    /// The keyword's name as it appears in [`KEYWORDS`] (lower case), or `"other"`.
+    pub fn name(self) -> &'static str {
+        KEYWORDS
+            .iter()
+            .find(|&&(_, keyword)| keyword == self)
+            .map_or("other", |&(name, _)| name)
+    }
+}
+
+impl std::fmt::Display for Keyword {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The error of parsing a keyword name that is neither in [`KEYWORDS`] nor `other`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown keyword name `{0}`")]
+pub struct UnknownKeyword(pub String);
+
+/// Parses the name of a keyword as written in the grammar test files (e.g. "select", "stream") - used by the
+/// tests. `other` names [`Keyword::Other`]; case is ignored.
+impl std::str::FromStr for Keyword {
+    type Err = UnknownKeyword;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("other") {
+            return Ok(Keyword::Other);
+        }
+        match Keyword::lookup(s.as_bytes()) {
+            Keyword::Other => Err(UnknownKeyword(s.to_owned())),
+            keyword => Ok(keyword),
+        }
+    }
+}
+
+/// Whether statements starting with `keyword` are answered by the proxy instead of the backend.
+///
+/// This is the single place where interception is switched on. For now nothing is virtual: `STREAM` and `ACK`
+/// are already told apart, but until the message engine exists they are relayed (and the backend rejects
+/// them, which is the honest answer). The engine's issue changes this function, and only this function, to
+/// return `true` for [`Keyword::Stream`] and [`Keyword::Ack`].
+pub const fn is_virtual(keyword: Keyword) -> bool {
+    let _ = keyword;
+    false
+}
+
+/// How the proxy handles one statement, read from its first keyword.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Classification {
+    /// The statement's first keyword (after leading whitespace and comments).
+    pub keyword: Keyword,
+    /// Relay to the backend, or answer in the proxy.
+    pub action: Action,
+    /// Byte offset of the first keyword in the statement, so later stages (the full parse of a virtual
+    /// statement, error positions) need not skip the leading comments again. When the statement has no
+    /// first word at all (only comments and whitespace) it is the statement's length.
+    pub keyword_offset: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_through_from_str() {
+        for &(name, keyword) in KEYWORDS {
+            assert_eq!(name.parse::<Keyword>(), Ok(keyword));
+            assert_eq!(name.to_ascii_uppercase().parse::<Keyword>(), Ok(keyword));
+            assert_eq!(keyword.name(), name);
+            assert!(
+                name.len() <= MAX_KEYWORD_LEN,
+                "{name} is longer than MAX_KEYWORD_LEN"
+            );
+        }
+        assert_eq!("other".parse::<Keyword>(), Ok(Keyword::Other));
+        assert_eq!(Keyword::Other.to_string(), "other");
+        assert!("selec".parse::<Keyword>().is_err());
+        assert!("".parse::<Keyword>().is_err());
+    }
+
+    #[test]
+    fn nothing_is_virtual_yet() {
+        for &(_, keyword) in KEYWORDS {
+            assert!(!is_virtual(keyword));
+        }
+    }
+}
