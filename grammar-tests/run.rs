@@ -137,9 +137,12 @@ fn parse_record(
     cases: &mut Vec<Case>,
     problems: &mut Vec<String>,
 ) {
-    if lines.iter().all(|(_, line)| line.trim().is_empty()) {
+    // Blank lines between the separator and the headers are layout, not statement.
+    let first = lines.iter().position(|(_, line)| !line.trim().is_empty());
+    let Some(first) = first else {
         return;
-    }
+    };
+    let lines = &lines[first..];
     let mut expect = None;
     let mut encoding = Encoding::Utf8;
     let mut body_start = lines.len();
