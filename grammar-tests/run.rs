@@ -144,6 +144,8 @@ fn parse_record(
     };
     let lines = &lines[first..];
     let mut expect = None;
+    // An `expect:` line that could not be read is reported once, not again as "no expect line".
+    let mut bad_expect = false;
     let mut encoding = Encoding::Utf8;
     let mut body_start = lines.len();
     for (i, &(number, line)) in lines.iter().enumerate() {
@@ -156,7 +158,10 @@ fn parse_record(
             "expect" => match parse_expect(value) {
                 Ok(_) if expect.is_some() => problems.push(format!("{at}: a second `expect:` line")),
                 Ok(e) => expect = Some((at, e)),
-                Err(e) => problems.push(format!("{at}: {e}")),
+                Err(e) => {
+                    bad_expect = true;
+                    problems.push(format!("{at}: {e}"));
+                }
             },
             "encoding" => match value {
                 "utf8" => encoding = Encoding::Utf8,
@@ -181,6 +186,7 @@ fn parse_record(
     match (expect, body.is_empty()) {
         // A record of notes only: commentary, e.g. a file's preamble.
         (None, true) => {}
+        (None, false) if bad_expect => {}
         (None, false) => problems.push(format!(
             "{name}:{}: statement without an `expect:` line",
             body[0].0
@@ -206,9 +212,10 @@ fn parse_record(
 
 /// Splits a header line `key: value`; `None` when the line is not one (then the statement has begun).
 fn header(line: &str) -> Option<(&str, &str)> {
-    let (key, value) = line.split_once(": ")?;
+    let (key, value) = line.split_once(':')?;
     let is_key = !key.is_empty() && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_');
-    is_key.then(|| (key, value.trim()))
+    let is_value = value.is_empty() || value.starts_with(' ');
+    (is_key && is_value).then(|| (key, value.trim()))
 }
 
 /// Reads the value of an `expect:` line.

@@ -341,3 +341,228 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::packet::encode_packet;
+    use crate::protocol::wire::{ok_packet, put_lenenc_bytes};
+    use tokio::io::AsyncReadExt;
+
+    const MORE: u16 = 0x0008;
+
+    /// Builds a backend response from payloads, numbering packets from 1.
+    fn response(payloads: &[Vec<u8>]) -> BytesMut {
+        let mut out = BytesMut::new();
+        let mut seq = 1u8;
+        for p in payloads {
+            seq = encode_packet(&mut out, seq, p);
+        }
+        out
+    }
+
+    fn column_def(name: &str) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        for s in ["def", "test", "t", "t", name, name] {
+            put_lenenc_bytes(&mut out, s.as_bytes());
+        }
+        out.extend_from_slice(&[0x0C, 0x21, 0, 11, 0, 0, 0, 3, 0, 0, 0, 0, 0]);
+        out.to_vec()
+    }
+
+    fn text_row(values: &[&[u8]]) -> Vec<u8> {
+        let mut out = BytesMut::new();
+        for v in values {
+            put_lenenc_bytes(&mut out, v);
+        }
+        out.to_vec()
+    }
+
+    fn eof(status: u16) -> Vec<u8> {
+        let mut v = vec![0xFE, 0, 0];
+        v.extend_from_slice(&status.to_le_bytes());
+        v
+    }
+
+    fn ok_eof(status: u16) -> Vec<u8> {
+        let mut v = ok_packet(0, 0, status, 0).to_vec();
+        v[0] = 0xFE;
+        v
+    }
+
+    /// Runs the relay over `backend_bytes` (with `trailing` bytes after the response that must
+    /// not be consumed) and returns what the client received.
+    async fn relay(
+        caps: CapabilityFlags,
+        kind: ResponseKind,
+        backend_bytes: &[u8],
+        trailing: &[u8],
+    ) -> (Vec<u8>, Relay, Vec<u8>) {
+        let mut all = backend_bytes.to_vec();
+        all.extend_from_slice(trailing);
+        let (mut backend_peer, backend_side) = tokio::io::duplex(1 << 16);
+        let (client_side, mut client_peer) = tokio::io::duplex(64 << 20);
+        let writer = tokio::spawn(async move {
+            backend_peer.write_all(&all).await.unwrap();
+            backend_peer
+        });
+        let mut backend = PacketReader::new(backend_side);
+        let mut client = PacketReader::new(client_side);
+        let mut relay = Relay::new(caps, 0);
+        relay
+            .forward_response(kind, &mut client, &mut backend)
+            .await
+            .unwrap();
+        drop(client);
+        let mut got = Vec::new();
+        client_peer.read_to_end(&mut got).await.unwrap();
+        let _peer = writer.await.unwrap();
+        // Whatever the relay did not consume stays for the next command.
+        let mut rest = backend.take_buffered(usize::MAX).to_vec();
+        if rest.len() < trailing.len() {
+            let mut more = vec![0; trailing.len() - rest.len()];
+            backend.get_mut().read_exact(&mut more).await.unwrap();
+            rest.extend(more);
+        }
+        (got, relay, rest)
+    }
+
+    #[tokio::test]
+    async fn classic_result_set_ends_at_second_eof() {
+        let bytes = response(&[
+            vec![2],
+            column_def("a"),
+            column_def("b"),
+            eof(0),
+            text_row(&[b"1", b"x"]),
+            eof(0x0002),
+        ]);
+        let (got, relay, rest) = relay_default(&bytes).await;
+        assert_eq!(got, bytes.to_vec());
+        assert_eq!(relay.status, 0x0002);
+        assert_eq!(rest, b"next");
+    }
+
+    async fn relay_default(bytes: &[u8]) -> (Vec<u8>, Relay, Vec<u8>) {
+        relay(
+            CapabilityFlags::empty(),
+            ResponseKind::Results,
+            bytes,
+            b"next",
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn deprecate_eof_result_set_and_multi_results() {
+        let bytes = response(&[
+            vec![1],
+            column_def("a"),
+            text_row(&[b"1"]),
+            ok_eof(MORE),
+            ok_packet(1, 5, MORE | 0x0001, 0).to_vec(),
+            vec![1],
+            column_def("b"),
+            ok_eof(0x0001),
+        ]);
+        let (got, relay, rest) = relay(
+            CapabilityFlags::CLIENT_DEPRECATE_EOF,
+            ResponseKind::Results,
+            &bytes,
+            b"zz",
+        )
+        .await;
+        assert_eq!(got, bytes.to_vec());
+        assert!(relay.in_transaction());
+        assert_eq!(rest, b"zz");
+    }
+
+    #[tokio::test]
+    async fn error_in_the_middle_of_rows_ends_the_response() {
+        let err = crate::protocol::wire::ErrorPacket::new(
+            1317,
+            "70100",
+            "Query execution was interrupted",
+        )
+        .encode(true)
+        .to_vec();
+        let bytes = response(&[vec![1], column_def("a"), eof(0), text_row(&[b"1"]), err]);
+        let (got, _, rest) = relay_default(&bytes).await;
+        assert_eq!(got, bytes.to_vec());
+        assert_eq!(rest, b"next");
+    }
+
+    #[tokio::test]
+    async fn prepare_response_with_params_and_columns() {
+        let mut prep_ok = vec![0, 1, 0, 0, 0];
+        prep_ok.extend_from_slice(&1u16.to_le_bytes()); // columns
+        prep_ok.extend_from_slice(&2u16.to_le_bytes()); // params
+        prep_ok.extend_from_slice(&[0, 0, 0]);
+        let bytes = response(&[
+            prep_ok.clone(),
+            column_def("?"),
+            column_def("?"),
+            eof(2),
+            column_def("a"),
+            eof(2),
+        ]);
+        let (got, _, rest) = relay(
+            CapabilityFlags::empty(),
+            ResponseKind::Prepare,
+            &bytes,
+            b"x",
+        )
+        .await;
+        assert_eq!(got, bytes.to_vec());
+        assert_eq!(rest, b"x");
+        let bytes = response(&[prep_ok, column_def("?"), column_def("?"), column_def("a")]);
+        let (got, _, rest) = relay(
+            CapabilityFlags::CLIENT_DEPRECATE_EOF,
+            ResponseKind::Prepare,
+            &bytes,
+            b"x",
+        )
+        .await;
+        assert_eq!(got, bytes.to_vec());
+        assert_eq!(rest, b"x");
+    }
+
+    #[tokio::test]
+    async fn row_of_more_than_16_mib_streams_through() {
+        let big = vec![b'x'; MAX_PAYLOAD + 100];
+        let row = text_row(&[&big]);
+        assert_eq!(
+            row[0], 0xFE,
+            "a 16 MiB string's length prefix starts with 0xFE"
+        );
+        let bytes = response(&[vec![1], column_def("a"), eof(0), row, eof(0)]);
+        let (got, _, rest) = relay_default(&bytes).await;
+        assert_eq!(got.len(), bytes.len());
+        assert!(got == bytes.to_vec());
+        assert_eq!(rest, b"next");
+    }
+
+    #[tokio::test]
+    async fn cursor_execute_ends_after_column_definitions() {
+        let bytes = response(&[vec![1], column_def("a"), eof(0x0040)]);
+        let (got, _, rest) = relay_default(&bytes).await;
+        assert_eq!(got, bytes.to_vec());
+        assert_eq!(rest, b"next");
+    }
+
+    #[tokio::test]
+    async fn truncated_backend_response_is_a_backend_error() {
+        let bytes = response(&[vec![1], column_def("a")]);
+        let (mut peer, side) = tokio::io::duplex(1 << 16);
+        peer.write_all(&bytes).await.unwrap();
+        drop(peer);
+        let (client_side, _client_peer) = tokio::io::duplex(1 << 16);
+        let mut backend = PacketReader::new(side);
+        let mut client = PacketReader::new(client_side);
+        let err = Relay::new(CapabilityFlags::empty(), 0)
+            .forward_response(ResponseKind::Results, &mut client, &mut backend)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RelayError::Backend(_)), "{err:?}");
+    }
+}

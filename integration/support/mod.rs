@@ -2,7 +2,7 @@
 //! the comparison runner ([`compare`]), the `mariadb` CLI ([`cli`]) and a raw protocol client
 //! ([`raw`]).
 
-#![allow(dead_code)] // not every test module uses every helper
+#![allow(dead_code, unused_imports)] // not every test module uses every helper
 
 pub mod cli;
 pub mod compare;
@@ -49,7 +49,7 @@ pub async fn eventually(secs: u64, mut check: impl AsyncFnMut() -> bool) -> bool
 }
 
 /// A one-column query through a fresh direct connection (setup and inspection, not comparison).
-pub async fn direct_scalar<T: mysql_async::prelude::FromValue>(
+pub async fn direct_scalar<T: mysql_async::prelude::FromValue + Send + 'static>(
     server: &MariaDb,
     sql: &str,
 ) -> Option<T> {
