@@ -1,1 +1,138 @@
-//! todo
+//! The real `mariadb` command-line client (libmariadb) through the proxy.
+
+use crate::support::compare::fresh_database;
+use crate::support::{shared_setup, Cli};
+
+/// Output lines of `SHOW DATABASES` that belong to other, concurrently running tests.
+fn without_test_databases(out: &str) -> String {
+    out.lines()
+        .filter(|l| !l.starts_with("it_"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn cli_select_and_show_databases() {
+    let (server, proxy) = shared_setup();
+    let args = ["-e", "select 1; show databases"];
+    let direct = Cli::new(server.port()).run(&args);
+    let through = Cli::new(proxy.port()).run(&args);
+    assert!(direct.success(), "direct: {direct:?}");
+    assert!(
+        through.success(),
+        "through the proxy: {through:?}\n{}",
+        proxy.log()
+    );
+    assert!(through.stdout.contains("information_schema"), "{through:?}");
+    assert_eq!(
+        without_test_databases(&through.stdout),
+        without_test_databases(&direct.stdout)
+    );
+    assert_eq!(through.stderr, direct.stderr);
+}
+
+/// `--column-type-info` prints every field of every column definition: a compact metadata check
+/// through a different client library.
+#[tokio::test]
+async fn cli_column_type_info_errors_and_warnings() {
+    let (server, proxy) = shared_setup();
+    let db = "it_cli_meta";
+    let script = "CREATE TABLE t (id INT UNSIGNED PRIMARY KEY, d DECIMAL(10,3), b BLOB, s VARCHAR(5) CHARACTER SET latin1, j JSON);
+         INSERT INTO t VALUES (1, 1.5, 'x', 'y', '[1]');
+         SELECT * FROM t;
+         SELECT 1.5 AS x, NULL, 'é';
+         SHOW WARNINGS;";
+    let mut outputs = Vec::new();
+    for port in [server.port(), proxy.port()] {
+        fresh_database(server, db).await;
+        let out = Cli::new(port).run(&[
+            db,
+            "--column-type-info",
+            "--show-warnings",
+            "-vvv",
+            "-e",
+            script,
+        ]);
+        assert!(out.success(), "port {port}: {out:?}");
+        let err = Cli::new(port).run(&[db, "-e", "SELECT 1; SELECT * FROM nope; SELECT 2"]);
+        assert!(!err.success());
+        let warn = Cli::new(port).run(&[db, "--show-warnings", "-e", "SELECT CAST('1x' AS INT)"]);
+        // Timing lines ("1 row in set (0.001 sec)") differ run to run.
+        let strip = |s: &str| {
+            s.lines()
+                .map(|l| match l.find(" sec)") {
+                    Some(_) => l.split(" (").next().unwrap_or(l).to_string(),
+                    None => l.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        outputs.push((
+            strip(&out.stdout),
+            err.stdout,
+            err.stderr,
+            warn.stdout,
+            warn.stderr,
+        ));
+    }
+    assert_eq!(outputs[1], outputs[0], "proxy (left) vs server (right)");
+    assert!(
+        outputs[0].2.contains("ERROR 1146 (42S02) at line 1"),
+        "{:?}",
+        outputs[0].2
+    );
+}
+
+#[tokio::test]
+async fn cli_load_data_local_infile() {
+    let (server, proxy) = shared_setup();
+    let db = "it_cli_infile";
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("rows.tsv");
+    let mut data = String::new();
+    for i in 0..2000 {
+        data.push_str(&format!("{i}\tvalue {i}\n"));
+    }
+    std::fs::write(&file, data).expect("write");
+    let script = format!(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(20));
+         LOAD DATA LOCAL INFILE '{}' INTO TABLE t;
+         SELECT COUNT(*), MIN(v), MAX(id) FROM t;",
+        file.display()
+    );
+    let mut outputs = Vec::new();
+    for port in [server.port(), proxy.port()] {
+        fresh_database(server, db).await;
+        let out = Cli::new(port).run(&[db, "--local-infile=1", "-vv", "-e", &script]);
+        assert!(out.success(), "port {port}: {out:?}");
+        outputs.push(
+            out.stdout
+                .lines()
+                .filter(|l| !l.contains(" sec)"))
+                .map(String::from)
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(outputs[1], outputs[0]);
+    assert!(
+        outputs[0].iter().any(|l| l.contains("Records: 2000")),
+        "{outputs:?}"
+    );
+}
+
+#[tokio::test]
+async fn cli_admin_ping_and_status() {
+    let (_server, proxy) = shared_setup();
+    let ping = Cli::new(proxy.port()).admin(&["ping"]);
+    assert!(
+        ping.success() && ping.stdout.contains("mysqld is alive"),
+        "{ping:?}"
+    );
+    let status = Cli::new(proxy.port()).admin(&["status"]);
+    assert!(
+        status.success() && status.stdout.starts_with("Uptime:"),
+        "{status:?}"
+    );
+    let version = Cli::new(proxy.port()).admin(&["version"]);
+    assert!(version.success(), "{version:?}");
+}

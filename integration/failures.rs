@@ -1,1 +1,262 @@
-//! todo
+//! Things going wrong: no backend, a backend that dies mid-session, clients that walk away.
+//! These tests start their own MariaDB when they stop or break it.
+
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+
+use crate::support::process::free_port;
+use crate::support::raw::{self, RawConn};
+use crate::support::{
+    direct_scalar, eventually, opts, shared_setup, within, Failure, MariaDb, Proxy, Target,
+};
+
+async fn connect(port: u16) -> Result<Conn, Failure> {
+    within(
+        15,
+        "connect through the proxy",
+        Conn::new(opts(port, "root", None, Some("test"))),
+    )
+    .await
+    .map_err(|e| Failure::of(&e))
+}
+
+async fn select_one(conn: &mut Conn) -> Result<i64, Failure> {
+    within(15, "SELECT 1", conn.query_first::<i64, _>("SELECT 1"))
+        .await
+        .map(|v| v.unwrap_or(0))
+        .map_err(|e| Failure::of(&e))
+}
+
+#[tokio::test]
+async fn backend_down_at_connect_gives_an_error_then_recovers() {
+    let port = free_port();
+    let proxy = Proxy::start(&format!("mysql://root@127.0.0.1:{port}/test"), &[], None);
+    let started = Instant::now();
+    let refused = connect(proxy.port()).await;
+    let elapsed = started.elapsed();
+    match &refused {
+        Err(Failure::Server { code, message, .. }) => {
+            assert!(
+                message.contains(&port.to_string()) || message.contains("127.0.0.1"),
+                "the error should name the backend (127.0.0.1:{port}); got {code}: {message}"
+            );
+            eprintln!("backend down: client got {code}: {message} after {elapsed:?}");
+        }
+        other => panic!(
+            "expected a MySQL ERR packet naming the backend, got {other:?}\n{}",
+            proxy.log()
+        ),
+    }
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+    proxy.assert_alive();
+    assert!(
+        proxy.log().contains(&port.to_string()),
+        "the proxy's log should say which backend failed:\n{}",
+        proxy.log()
+    );
+
+    // Now bring a server up on that port: the same proxy serves new sessions.
+    let server = MariaDb::start_on_port(port);
+    let mut conn = connect(proxy.port())
+        .await
+        .unwrap_or_else(|e| panic!("after the backend came up: {e:?}\n{}", proxy.log()));
+    assert_eq!(select_one(&mut conn).await, Ok(1));
+    drop(server);
+}
+
+#[tokio::test]
+async fn backend_killed_mid_session_then_restarted() {
+    let server = MariaDb::start();
+    let proxy = Proxy::start(&server.backend_url(), &[], None);
+    let mut idle = connect(proxy.port()).await.expect("connect");
+    let mut busy = connect(proxy.port()).await.expect("connect");
+    assert_eq!(select_one(&mut idle).await, Ok(1));
+
+    // One session is in the middle of a statement when the server dies, one is idle.
+    let busy_query = async {
+        let started = Instant::now();
+        let res = within(
+            15,
+            "SELECT SLEEP(20) while the server dies",
+            busy.query_drop("SELECT SLEEP(20)"),
+        )
+        .await;
+        (res.map_err(|e| Failure::of(&e)), started.elapsed())
+    };
+    let killer = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        server.kill();
+    };
+    let ((busy_res, busy_elapsed), ()) = tokio::join!(busy_query, killer);
+    assert!(busy_res.is_err(), "the running statement must fail");
+    assert!(
+        busy_elapsed < Duration::from_secs(5),
+        "error took {busy_elapsed:?}"
+    );
+    let idle_res = select_one(&mut idle).await;
+    assert!(
+        idle_res.is_err(),
+        "the idle session must get an error, got {idle_res:?}"
+    );
+    proxy.assert_alive();
+
+    // New sessions while the backend is down: an error, not a hang.
+    let while_down = connect(proxy.port()).await;
+    assert!(
+        matches!(while_down, Err(Failure::Server { .. })),
+        "expected an ERR packet while the backend is down, got {while_down:?}"
+    );
+
+    server.restart();
+    let mut fresh = connect(proxy.port())
+        .await
+        .unwrap_or_else(|e| panic!("after restart: {e:?}\n{}", proxy.log()));
+    assert_eq!(select_one(&mut fresh).await, Ok(1));
+    proxy.assert_alive();
+}
+
+/// A clean server shutdown and a KILL of the backend connection: the client sees what it would
+/// see without the proxy.
+#[tokio::test]
+async fn backend_shutdown_and_killed_backend_connection_look_the_same_as_direct() {
+    let server = MariaDb::start();
+    let proxy = Proxy::start(&server.backend_url(), &[], None);
+
+    // KILL of each session's server thread from a separate direct connection.
+    let mut direct = Target::direct(&server, "test").conn().await;
+    let mut through = Target::proxy(&proxy, "test").conn().await;
+    let mut admin = Target::direct(&server, "test").conn().await;
+    for id in [direct.id(), through.id()] {
+        admin.query_drop(format!("KILL {id}")).await.expect("KILL");
+    }
+    let d = select_one(&mut direct).await;
+    let p = select_one(&mut through).await;
+    assert!(d.is_err() && p.is_err(), "direct {d:?}, proxy {p:?}");
+    assert_eq!(
+        p, d,
+        "killed backend connection: proxy (left) vs direct (right)"
+    );
+    let mut again = connect(proxy.port()).await.expect("new session after KILL");
+    assert_eq!(select_one(&mut again).await, Ok(1));
+
+    // Clean shutdown with idle sessions on both paths.
+    let mut direct = Target::direct(&server, "test").conn().await;
+    let mut through = Target::proxy(&proxy, "test").conn().await;
+    server.stop();
+    let d = select_one(&mut direct).await;
+    let p = select_one(&mut through).await;
+    assert!(d.is_err() && p.is_err(), "direct {d:?}, proxy {p:?}");
+    eprintln!("after shutdown: direct {d:?}, proxy {p:?}");
+    proxy.assert_alive();
+    server.restart();
+    let mut again = connect(proxy.port())
+        .await
+        .expect("new session after restart");
+    assert_eq!(select_one(&mut again).await, Ok(1));
+}
+
+/// A client reads a little of a huge result and disconnects: the proxy keeps serving others.
+#[tokio::test]
+async fn client_disconnecting_mid_result_does_not_disturb_others() {
+    let (server, proxy) = shared_setup();
+    let mut bystander = connect(proxy.port()).await.expect("bystander");
+    let mut quitter = RawConn::connect(proxy.port(), "root", "", Some("test"))
+        .await
+        .expect("raw connect");
+    let backend_id = quitter.greeting.connection_id;
+    // ~200 MB of rows: far more than any socket buffer holds.
+    quitter
+        .send_command(
+            raw::COM_QUERY,
+            b"SELECT seq, REPEAT('x', 1000) FROM seq_1_to_200000",
+        )
+        .await
+        .expect("send");
+    for _ in 0..50 {
+        quitter
+            .read_packet_timeout(Duration::from_secs(10))
+            .await
+            .expect("first packets of the result");
+    }
+    quitter.abandon();
+
+    for _ in 0..3 {
+        assert_eq!(select_one(&mut bystander).await, Ok(1));
+        let mut fresh = connect(proxy.port()).await.expect("new session");
+        assert_eq!(select_one(&mut fresh).await, Ok(1));
+    }
+    proxy.assert_alive();
+    let _ = (server, backend_id);
+}
+
+/// ... and the abandoned session's backend connection is closed, not left streaming or idle.
+#[tokio::test]
+async fn abandoned_session_releases_its_backend_connection() {
+    let (server, proxy) = shared_setup();
+    for mid_result in [true, false] {
+        let mut quitter = RawConn::connect(proxy.port(), "root", "", Some("test"))
+            .await
+            .expect("raw connect");
+        let backend_id = quitter.greeting.connection_id;
+        if mid_result {
+            quitter
+                .send_command(
+                    raw::COM_QUERY,
+                    b"SELECT seq, REPEAT('y', 1000) FROM seq_1_to_200000",
+                )
+                .await
+                .expect("send");
+            for _ in 0..20 {
+                quitter
+                    .read_packet_timeout(Duration::from_secs(10))
+                    .await
+                    .expect("packets");
+            }
+        }
+        quitter.abandon();
+        let sql =
+            format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {backend_id}");
+        let gone = eventually(10, async || {
+            direct_scalar::<i64>(server, &sql).await == Some(0)
+        })
+        .await;
+        assert!(
+            gone,
+            "backend connection {backend_id} still open 10 s after its client vanished \
+             (mid_result = {mid_result})"
+        );
+    }
+    // A client that says goodbye properly (COM_QUIT).
+    let conn = connect(proxy.port()).await.expect("connect");
+    let id = conn.id();
+    conn.disconnect().await.expect("COM_QUIT");
+    let sql = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id}");
+    let gone = eventually(10, async || {
+        direct_scalar::<i64>(server, &sql).await == Some(0)
+    })
+    .await;
+    assert!(gone, "backend connection {id} still open after COM_QUIT");
+}
+
+/// A client that connects and never sends its handshake response, or sends garbage, does not
+/// block the proxy.
+#[tokio::test]
+async fn stalled_and_garbage_clients_do_not_block_others() {
+    use tokio::io::AsyncWriteExt;
+    let (_server, proxy) = shared_setup();
+    let _stalled = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port()))
+        .await
+        .expect("tcp connect");
+    let mut garbage = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port()))
+        .await
+        .expect("tcp connect");
+    let _ = garbage.write_all(&[0xff; 64]).await;
+    let _ = garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").await;
+    let mut conn = connect(proxy.port())
+        .await
+        .expect("connect beside stalled clients");
+    assert_eq!(select_one(&mut conn).await, Ok(1));
+    proxy.assert_alive();
+}

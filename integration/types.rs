@@ -1,8 +1,9 @@
 //! Every column type MariaDB has, with exact column metadata, over the text and binary protocols.
 
 use mysql_async::consts::{ColumnFlags, ColumnType};
-use mysql_async::{Column, Value};
+use mysql_async::Value;
 
+use crate::support::compare::ColumnInfo;
 use crate::support::{same_both_ways, shared_setup, Rec};
 
 const ALL_TYPES: &str = "CREATE TABLE all_types (
@@ -52,9 +53,9 @@ const INSERT_ROWS: &str = "INSERT INTO all_types VALUES
      ST_GeomFromText('POLYGON((0 0,10 0,10 10,0 10,0 0))'), ST_GeomFromText('POINT(-1.5 1e10)'),
      '00000000-0000-0000-0000-000000000000', '::')";
 
-fn col<'a>(cols: &'a [Column], name: &str) -> &'a Column {
+fn col<'a>(cols: &'a [ColumnInfo], name: &str) -> &'a ColumnInfo {
     cols.iter()
-        .find(|c| c.name_str() == name)
+        .find(|c| c.name == name)
         .unwrap_or_else(|| panic!("no column {name}"))
 }
 
@@ -71,16 +72,16 @@ async fn every_column_type_text_protocol() {
         assert_eq!(sel.error, None, "{sel:#?}");
         // Make sure the test looks at what it claims to (these hold on both sides).
         let cols = &sel.sets[0].columns;
-        assert_eq!(col(cols, "bl").column_type(), ColumnType::MYSQL_TYPE_BLOB);
-        assert_eq!(col(cols, "bl").character_set(), 63, "BLOB is binary");
-        assert_ne!(col(cols, "tx").character_set(), 63, "TEXT is not binary");
-        assert_eq!(col(cols, "dcm").decimals(), 3);
-        assert_eq!(col(cols, "dtm").decimals(), 6);
-        assert!(col(cols, "biu").flags().contains(ColumnFlags::UNSIGNED_FLAG));
-        assert!(col(cols, "en").flags().contains(ColumnFlags::ENUM_FLAG));
-        assert!(col(cols, "st").flags().contains(ColumnFlags::SET_FLAG));
-        assert_eq!(col(cols, "geo").column_type(), ColumnType::MYSQL_TYPE_GEOMETRY);
-        assert_eq!(col(cols, "bit8").column_type(), ColumnType::MYSQL_TYPE_BIT);
+        assert_eq!(col(cols, "bl").column_type, ColumnType::MYSQL_TYPE_BLOB);
+        assert_eq!(col(cols, "bl").character_set, 63, "BLOB is binary");
+        assert_ne!(col(cols, "tx").character_set, 63, "TEXT is not binary");
+        assert_eq!(col(cols, "dcm").decimals, 3);
+        assert_eq!(col(cols, "dtm").decimals, 6);
+        assert!(col(cols, "biu").flags.contains(ColumnFlags::UNSIGNED_FLAG));
+        assert!(col(cols, "en").flags.contains(ColumnFlags::ENUM_FLAG));
+        assert!(col(cols, "st").flags.contains(ColumnFlags::SET_FLAG));
+        assert_eq!(col(cols, "geo").column_type, ColumnType::MYSQL_TYPE_GEOMETRY);
+        assert_eq!(col(cols, "bit8").column_type, ColumnType::MYSQL_TYPE_BIT);
         assert_eq!(sel.sets[0].rows.len(), 3);
         assert_eq!(sel.sets[0].rows[1][1], Value::NULL);
 

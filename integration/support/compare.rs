@@ -8,6 +8,7 @@
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
+use mysql_async::consts::{ColumnFlags, ColumnType};
 use mysql_async::prelude::*;
 use mysql_async::{
     BinaryProtocol, Column, Conn, Opts, OptsBuilder, Params, QueryResult, Row, TextProtocol, Value,
@@ -125,10 +126,65 @@ impl Failure {
     }
 }
 
+/// Everything a column-definition packet says, on one line when printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ColumnInfo {
+    pub schema: String,
+    pub table: String,
+    pub org_table: String,
+    pub name: String,
+    pub org_name: String,
+    pub column_type: ColumnType,
+    pub flags: ColumnFlags,
+    pub character_set: u16,
+    pub column_length: u32,
+    pub decimals: u8,
+}
+
+impl From<&Column> for ColumnInfo {
+    fn from(c: &Column) -> Self {
+        ColumnInfo {
+            schema: c.schema_str().into_owned(),
+            table: c.table_str().into_owned(),
+            org_table: c.org_table_str().into_owned(),
+            name: c.name_str().into_owned(),
+            org_name: c.org_name_str().into_owned(),
+            column_type: c.column_type(),
+            flags: c.flags(),
+            character_set: c.character_set(),
+            column_length: c.column_length(),
+            decimals: c.decimals(),
+        }
+    }
+}
+
+impl fmt::Debug for ColumnInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} (org {:?}) table {:?} (org {:?}) schema {:?}: {:?} flags [{:?}] charset {} length {} decimals {}",
+            self.name,
+            self.org_name,
+            self.table,
+            self.org_table,
+            self.schema,
+            self.column_type,
+            self.flags,
+            self.character_set,
+            self.column_length,
+            self.decimals
+        )
+    }
+}
+
+pub fn column_infos(columns: &[Column]) -> Vec<ColumnInfo> {
+    columns.iter().map(ColumnInfo::from).collect()
+}
+
 /// One result set with everything mysql_async exposes about it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone, PartialEq)]
 pub struct ResultSet {
-    pub columns: Vec<Column>,
+    pub columns: Vec<ColumnInfo>,
     pub rows: Vec<Vec<Value>>,
     pub affected_rows: u64,
     pub last_insert_id: Option<u64>,
@@ -138,16 +194,87 @@ pub struct ResultSet {
     pub ok_packet: Option<String>,
 }
 
+impl fmt::Debug for ResultSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "  result set: affected_rows {} last_insert_id {:?} warnings {} info {:?}",
+            self.affected_rows, self.last_insert_id, self.warnings, self.info
+        )?;
+        for c in &self.columns {
+            writeln!(f, "    column {c:?}")?;
+        }
+        for r in &self.rows {
+            let cells: Vec<String> = r.iter().map(show_value).collect();
+            writeln!(f, "    row [{}]", cells.join(", "))?;
+        }
+        if let Some(ok) = &self.ok_packet {
+            writeln!(f, "    last ok packet {ok}")?;
+        }
+        Ok(())
+    }
+}
+
 /// The outcome of one statement (possibly several result sets, possibly an error after some).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct Outcome {
+    /// The statement, shortened (not part of the comparison).
+    pub statement: String,
     pub sets: Vec<ResultSet>,
     pub error: Option<Failure>,
+}
+
+impl PartialEq for Outcome {
+    fn eq(&self, other: &Self) -> bool {
+        self.sets == other.sets && self.error == other.error
+    }
+}
+
+impl fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f)?;
+        for s in &self.sets {
+            write!(f, "{s:?}")?;
+        }
+        if let Some(e) = &self.error {
+            writeln!(f, "  error {e:?}")?;
+        }
+        Ok(())
+    }
 }
 
 impl Outcome {
     pub fn rows(&self) -> &[Vec<Value>] {
         self.sets.first().map(|s| &s.rows[..]).unwrap_or(&[])
+    }
+
+    pub fn columns(&self) -> &[ColumnInfo] {
+        self.sets.first().map(|s| &s.columns[..]).unwrap_or(&[])
+    }
+
+    /// Panics unless the statement succeeded.
+    pub fn ok(self) -> Outcome {
+        assert_eq!(
+            self.error, None,
+            "statement failed: {}\n{self:?}",
+            self.statement
+        );
+        self
+    }
+}
+
+/// Lossless, readable rendering of a value (`Value`'s own Debug cuts strings at 8 bytes, which
+/// would hide differences: transcripts are compared as text).
+pub fn show_value(v: &Value) -> String {
+    match v {
+        Value::Bytes(b) => match std::str::from_utf8(b) {
+            Ok(s) => format!("{s:?}"),
+            Err(_) => format!(
+                "x'{}'",
+                b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+            ),
+        },
+        other => format!("{other:?}"),
     }
 }
 
@@ -171,13 +298,21 @@ async fn drain<P: mysql_async::prelude::Protocol>(mut qr: QueryResult<'_, '_, P>
     let mut sets = Vec::new();
     let mut error = None;
     while let Some(columns) = qr.columns() {
+        // The counters describe an OK packet. Before the rows of a result set are read they are
+        // stale (mysql_async even shows the COM_STMT_PREPARE reply there), so they are recorded
+        // for row-less results only.
+        let ok = columns.is_empty();
         let mut set = ResultSet {
-            columns: columns.to_vec(),
+            columns: column_infos(&columns),
             rows: Vec::new(),
-            affected_rows: qr.affected_rows(),
-            last_insert_id: qr.last_insert_id(),
-            warnings: qr.warnings(),
-            info: qr.info().into_owned(),
+            affected_rows: if ok { qr.affected_rows() } else { 0 },
+            last_insert_id: if ok { qr.last_insert_id() } else { None },
+            warnings: if ok { qr.warnings() } else { 0 },
+            info: if ok {
+                qr.info().into_owned()
+            } else {
+                String::new()
+            },
             ok_packet: None,
         };
         match qr.collect::<Row>().await {
@@ -197,7 +332,11 @@ async fn drain<P: mysql_async::prelude::Protocol>(mut qr: QueryResult<'_, '_, P>
             error = Some(Failure::of(&e));
         }
     }
-    Outcome { sets, error }
+    Outcome {
+        statement: String::new(),
+        sets,
+        error,
+    }
 }
 
 /// Runs `sql` with the text protocol and records every result set.
@@ -205,11 +344,14 @@ pub async fn query(conn: &mut Conn, sql: &str) -> Outcome {
     let outcome = match conn.query_iter(sql).await {
         Ok(qr) => drain::<TextProtocol>(qr).await,
         Err(e) => Outcome {
+            statement: String::new(),
             sets: Vec::new(),
             error: Some(Failure::of(&e)),
         },
     };
-    with_status(conn, outcome)
+    let mut outcome = with_status(conn, outcome);
+    outcome.statement = short(sql);
+    outcome
 }
 
 /// Prepares `sql` (binary protocol), executes it with `params` and records the statement's
@@ -221,6 +363,7 @@ pub async fn exec(conn: &mut Conn, sql: &str, params: Params) -> (Option<StmtMet
             return (
                 None,
                 Outcome {
+                    statement: short(sql),
                     sets: Vec::new(),
                     error: Some(Failure::of(&e)),
                 },
@@ -228,17 +371,19 @@ pub async fn exec(conn: &mut Conn, sql: &str, params: Params) -> (Option<StmtMet
         }
     };
     let meta = StmtMeta {
-        params: stmt.params().to_vec(),
-        columns: stmt.columns().to_vec(),
+        params: column_infos(stmt.params()),
+        columns: column_infos(stmt.columns()),
     };
     let outcome = match conn.exec_iter(&stmt, params).await {
         Ok(qr) => drain::<BinaryProtocol>(qr).await,
         Err(e) => Outcome {
+            statement: String::new(),
             sets: Vec::new(),
             error: Some(Failure::of(&e)),
         },
     };
-    let outcome = with_status(conn, outcome);
+    let mut outcome = with_status(conn, outcome);
+    outcome.statement = short(sql);
     let _ = conn.close(stmt).await;
     (Some(meta), outcome)
 }
@@ -254,8 +399,8 @@ fn with_status(conn: &Conn, mut outcome: Outcome) -> Outcome {
 /// What COM_STMT_PREPARE told the client.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StmtMeta {
-    pub params: Vec<Column>,
-    pub columns: Vec<Column>,
+    pub params: Vec<ColumnInfo>,
+    pub columns: Vec<ColumnInfo>,
 }
 
 /// One recorded observation.
@@ -291,7 +436,7 @@ impl Rec {
     pub fn note(&mut self, label: &str, value: impl fmt::Debug) {
         self.entries.push(Entry {
             label: label.to_string(),
-            value: format!("{value:#?}"),
+            value: format!("{value:?}"),
         });
     }
 
@@ -299,6 +444,14 @@ impl Rec {
     pub async fn query(&mut self, conn: &mut Conn, sql: &str) -> Outcome {
         let outcome = query(conn, sql).await;
         self.note(&format!("query {}", short(sql)), &outcome);
+        outcome
+    }
+
+    /// Like [`Rec::query`], with a label for statements whose text differs between the two runs
+    /// (e.g. `KILL <connection id>`).
+    pub async fn query_as(&mut self, label: &str, conn: &mut Conn, sql: &str) -> Outcome {
+        let outcome = query(conn, sql).await;
+        self.note(label, &outcome);
         outcome
     }
 
@@ -339,6 +492,9 @@ where
     F: AsyncFn(&mut Rec),
 {
     let direct = run_side(Target::direct(server, db), server, &script).await;
+    if std::env::var_os("INTEG_DUMP").is_some() {
+        eprintln!("=== transcript of {db} (direct) ===\n{direct:#?}");
+    }
     let through = run_side(Target::proxy(proxy, db), server, &script).await;
     assert_same(&direct, &through, proxy);
     direct

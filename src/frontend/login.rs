@@ -60,7 +60,7 @@ pub async fn serve(ctx: Arc<Context>, tcp: TcpStream, peer: SocketAddr) {
 
 /// A session ready to run, whatever stream the client ended up on.
 pub enum ReadySession {
-    Plain(Session<TcpStream>),
+    Plain(Box<Session<TcpStream>>),
     Tls(Box<Session<tokio_rustls::server::TlsStream<TcpStream>>>),
 }
 
@@ -135,7 +135,7 @@ async fn connection_phase(
         return Ok(session.map(|s| ReadySession::Tls(Box::new(s))));
     }
     let session = authenticate(ctx, client, first, backend, nonce, offered, peer, false).await?;
-    Ok(session.map(ReadySession::Plain))
+    Ok(session.map(|s| ReadySession::Plain(Box::new(s))))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -37,8 +37,8 @@ pub fn classify(sql: &[u8]) -> Classification {
 /// Executable comments are *not* skipped wholesale: `/*!`, `/*!40101`, `/*M!` and `/*M!100101` are markers
 /// whose content the server runs as code, so only the marker (and its version digits) is skipped and the
 /// keyword is read from inside — mysqldump's `/*!40101 SET NAMES utf8 */` is a `SET`. The `*/` closing such a
-/// comment is skipped too (`/*!*/ SELECT 1`). A server older than the version runs nothing; such statements
-/// are still relayed, which is the right thing for them.
+/// comment is skipped too (`/*!*/ SELECT 1`). The version is not compared with the backend's: a server older
+/// than it ignores the content, but the statement is relayed either way, so the backend still decides.
 fn skip_to_first_word(sql: &[u8]) -> usize {
     let mut pos = 0;
     // Inside `/*! ... */`: its closing `*/` is then not garbage but the end of the executable comment.
@@ -302,7 +302,7 @@ mod tests {
             let len = (rng.next() % 48) as usize;
             for _ in 0..len {
                 let r = rng.next();
-                let byte = if r % 4 == 0 {
+                let byte = if r.is_multiple_of(4) {
                     (r >> 8) as u8
                 } else {
                     INTERESTING[((r >> 8) % INTERESTING.len() as u64) as usize]

@@ -63,7 +63,7 @@ pub enum Keyword {
 ///
 /// It is also the table the grammar tests use to read expectations, so a keyword added here is at once
 /// nameable in a `.test` file.
-pub const KEYWORDS: &[(&str, Keyword)] = &[
+pub static KEYWORDS: &[(&str, Keyword)] = &[
     ("select", Keyword::Select),
     ("insert", Keyword::Insert),
     ("replace", Keyword::Replace),
