@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use crate::config::BackendTarget;
 use crate::protocol::auth::{self, Plugin};
 use crate::protocol::handshake::{BackendGreeting, HandshakeResponse};
-use crate::protocol::packet::{self, PacketReader};
+use crate::protocol::packet::{self, PacketReader, MAX_PAYLOAD};
 use crate::protocol::wire::{self, ErrorPacket, Reader};
 
 /// A connected backend whose greeting has been read.
@@ -223,4 +223,71 @@ fn parse_pre_handshake_error(payload: &[u8]) -> ErrorPacket {
         }
     }
     ErrorPacket::new(code, "HY000", String::from_utf8_lossy(rest))
+}
+
+/// The answer to a query the proxy itself sends over a session's backend connection.
+#[derive(Debug)]
+pub enum QueryOutcome {
+    /// An OK packet.
+    Ok { affected_rows: u64, status: u16 },
+    /// An ERR packet's payload (the server's own error, to pass on as it is).
+    Err(BytesMut),
+    /// A text result set: column definition payloads, row payloads, the final status flags.
+    ResultSet {
+        columns: Vec<BytesMut>,
+        rows: Vec<BytesMut>,
+        status: u16,
+    },
+}
+
+/// Largest row the proxy reads whole for its own queries (message rows).
+const MAX_OWN_ROW: usize = 1 << 30;
+
+impl Backend {
+    /// Runs one statement (no multi-statements) over this connection and reads its whole answer.
+    /// Used for the proxy's own statements on a session's connection (claims, column metadata).
+    pub async fn query(&mut self, sql: &str, deprecate_eof: bool) -> Result<QueryOutcome, BackendError> {
+        let mut payload = BytesMut::with_capacity(sql.len() + 1);
+        payload.put_u8(crate::protocol::commands::COM_QUERY);
+        payload.put_slice(sql.as_bytes());
+        packet::write_packet(self.conn.get_mut(), 0, &payload).await?;
+        let first = self.conn.next_logical_packet(MAX_OWN_ROW).await?;
+        match first.payload.first() {
+            Some(&wire::OK_HEADER) => {
+                let mut r = Reader::new(&first.payload[1..]);
+                let affected_rows = r.lenenc_int().unwrap_or(0);
+                let status = wire::status_flags(&first.payload).unwrap_or(0);
+                return Ok(QueryOutcome::Ok { affected_rows, status });
+            }
+            Some(&wire::ERR_HEADER) => return Ok(QueryOutcome::Err(first.payload)),
+            Some(&wire::LOCAL_INFILE_HEADER) | None => return Err(BackendError::Protocol),
+            _ => {}
+        }
+        let count = Reader::new(&first.payload).lenenc_int().ok_or(BackendError::Protocol)?;
+        let mut columns = Vec::with_capacity(count.min(4096) as usize);
+        for _ in 0..count {
+            columns.push(self.conn.next_logical_packet(MAX_OWN_ROW).await?.payload);
+        }
+        if !deprecate_eof {
+            let eof = self.conn.next_logical_packet(MAX_OWN_ROW).await?;
+            if eof.payload.first() != Some(&wire::EOF_HEADER) {
+                return Err(BackendError::Protocol);
+            }
+        }
+        let mut rows = Vec::new();
+        loop {
+            let p = self.conn.next_logical_packet(MAX_OWN_ROW).await?.payload;
+            match p.first() {
+                Some(&wire::EOF_HEADER) if p.len() < MAX_PAYLOAD => {
+                    let status = wire::status_flags(&p).unwrap_or(0);
+                    if status & mysql_common::constants::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() != 0 {
+                        return Err(BackendError::Protocol);
+                    }
+                    return Ok(QueryOutcome::ResultSet { columns, rows, status });
+                }
+                Some(&wire::ERR_HEADER) => return Ok(QueryOutcome::Err(p)),
+                _ => rows.push(p),
+            }
+        }
+    }
 }

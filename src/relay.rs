@@ -66,6 +66,8 @@ pub struct Relay {
     /// Sequence id the next packet to the client would carry; used to place an error of the
     /// proxy's own when the backend fails mid-response.
     pub next_seq: u8,
+    /// Whether the last response ended in an error.
+    pub failed: bool,
 }
 
 impl Relay {
@@ -74,6 +76,7 @@ impl Relay {
             deprecate_eof: session_capabilities.contains(CapabilityFlags::CLIENT_DEPRECATE_EOF),
             status: initial_status,
             next_seq: 1,
+            failed: false,
         }
     }
 
@@ -100,6 +103,7 @@ impl Relay {
             ResponseKind::FieldList => State::FieldList,
             ResponseKind::Single => State::Single,
         };
+        self.failed = false;
         // Bytes ready for the client, written before any wait on the backend.
         let mut pending = BytesMut::new();
         // Bytes of the current packet still to pass through unexamined.
@@ -187,6 +191,7 @@ impl Relay {
         let first = payload.first().copied();
         if first == Some(wire::ERR_HEADER) {
             // An error ends the whole response, including any further results.
+            self.failed = true;
             return Ok(State::Done);
         }
         Ok(match state {

@@ -260,3 +260,48 @@ mod tests {
         assert_eq!(status_flags(&[0xFF, 1, 2]), None);
     }
 }
+
+/// Splits a text-protocol row into its values (`None` for SQL NULL). `None` if malformed.
+pub fn text_row_values(payload: &[u8]) -> Option<Vec<Option<&[u8]>>> {
+    let mut r = Reader::new(payload);
+    let mut values = Vec::new();
+    while !r.is_empty() {
+        if r.remaining().first() == Some(&0xFB) {
+            r.u8();
+            values.push(None);
+        } else {
+            values.push(Some(r.lenenc_bytes()?));
+        }
+    }
+    Some(values)
+}
+
+/// The length of the first `n` values of a text-protocol row, so the rest can be cut off.
+pub fn text_row_prefix_len(payload: &[u8], n: usize) -> Option<usize> {
+    let mut r = Reader::new(payload);
+    for _ in 0..n {
+        if r.remaining().first() == Some(&0xFB) {
+            r.u8();
+        } else {
+            r.lenenc_bytes()?;
+        }
+    }
+    Some(payload.len() - r.remaining().len())
+}
+
+#[cfg(test)]
+mod row_tests {
+    use super::*;
+
+    #[test]
+    fn splits_rows_with_nulls() {
+        let mut row = BytesMut::new();
+        put_lenenc_bytes(&mut row, b"12");
+        row.put_u8(0xFB);
+        put_lenenc_bytes(&mut row, b"abc");
+        let values = text_row_values(&row).unwrap();
+        assert_eq!(values, vec![Some(&b"12"[..]), None, Some(&b"abc"[..])]);
+        assert_eq!(text_row_prefix_len(&row, 2), Some(4));
+        assert_eq!(text_row_values(&row[..row.len() - 1]), None);
+    }
+}
