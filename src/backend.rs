@@ -246,7 +246,11 @@ const MAX_OWN_ROW: usize = 1 << 30;
 impl Backend {
     /// Runs one statement (no multi-statements) over this connection and reads its whole answer.
     /// Used for the proxy's own statements on a session's connection (claims, column metadata).
-    pub async fn query(&mut self, sql: &str, deprecate_eof: bool) -> Result<QueryOutcome, BackendError> {
+    pub async fn query(
+        &mut self,
+        sql: &str,
+        deprecate_eof: bool,
+    ) -> Result<QueryOutcome, BackendError> {
         let mut payload = BytesMut::with_capacity(sql.len() + 1);
         payload.put_u8(crate::protocol::commands::COM_QUERY);
         payload.put_slice(sql.as_bytes());
@@ -257,13 +261,18 @@ impl Backend {
                 let mut r = Reader::new(&first.payload[1..]);
                 let affected_rows = r.lenenc_int().unwrap_or(0);
                 let status = wire::status_flags(&first.payload).unwrap_or(0);
-                return Ok(QueryOutcome::Ok { affected_rows, status });
+                return Ok(QueryOutcome::Ok {
+                    affected_rows,
+                    status,
+                });
             }
             Some(&wire::ERR_HEADER) => return Ok(QueryOutcome::Err(first.payload)),
             Some(&wire::LOCAL_INFILE_HEADER) | None => return Err(BackendError::Protocol),
             _ => {}
         }
-        let count = Reader::new(&first.payload).lenenc_int().ok_or(BackendError::Protocol)?;
+        let count = Reader::new(&first.payload)
+            .lenenc_int()
+            .ok_or(BackendError::Protocol)?;
         let mut columns = Vec::with_capacity(count.min(4096) as usize);
         for _ in 0..count {
             columns.push(self.conn.next_logical_packet(MAX_OWN_ROW).await?.payload);
@@ -280,10 +289,17 @@ impl Backend {
             match p.first() {
                 Some(&wire::EOF_HEADER) if p.len() < MAX_PAYLOAD => {
                     let status = wire::status_flags(&p).unwrap_or(0);
-                    if status & mysql_common::constants::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() != 0 {
+                    if status
+                        & mysql_common::constants::StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits()
+                        != 0
+                    {
                         return Err(BackendError::Protocol);
                     }
-                    return Ok(QueryOutcome::ResultSet { columns, rows, status });
+                    return Ok(QueryOutcome::ResultSet {
+                        columns,
+                        rows,
+                        status,
+                    });
                 }
                 Some(&wire::ERR_HEADER) => return Ok(QueryOutcome::Err(p)),
                 _ => rows.push(p),

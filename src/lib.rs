@@ -16,5 +16,6 @@ pub mod sql;
 pub mod backend;
 pub mod config;
 pub mod frontend;
+pub mod messaging;
 pub mod protocol;
 pub mod relay;

@@ -39,7 +39,8 @@ async fn run(config: Config) -> std::process::ExitCode {
     let backend = config.backend.clone();
     let timeout = config.backend_connect_timeout;
     let listen = config.listen;
-    let ctx = match Context::new(config, shutdown.clone()) {
+    let engine = msgproxy::messaging::engine::Engine::start(&backend, shutdown.clone()).await;
+    let ctx = match Context::new(config, shutdown.clone(), Some(engine)) {
         Ok(c) => c,
         Err(e) => {
             error!("{e}");

@@ -2,6 +2,7 @@
 //! shutdown) and, in submodules, everything one client session does.
 
 mod login;
+mod messages;
 mod session;
 pub mod tls;
 
@@ -28,16 +29,23 @@ pub struct Context {
     pub tls: Option<tokio_rustls::TlsAcceptor>,
     /// Cancelled when the proxy shuts down; idle sessions close, busy ones finish their command.
     pub shutdown: CancellationToken,
+    /// The message engine; `None` only in set-ups that want a bare relay.
+    pub engine: Option<Arc<crate::messaging::engine::Engine>>,
     implicit_root: User,
 }
 
 impl Context {
-    pub fn new(config: Config, shutdown: CancellationToken) -> Result<Context, tls::TlsSetupError> {
+    pub fn new(
+        config: Config,
+        shutdown: CancellationToken,
+        engine: Option<Arc<crate::messaging::engine::Engine>>,
+    ) -> Result<Context, tls::TlsSetupError> {
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         Ok(Context {
             config,
             tls,
             shutdown,
+            engine,
             implicit_root: User {
                 name: "root".into(),
                 secret: Secret::Plain(Vec::new()),

@@ -20,11 +20,17 @@ use crate::sql::{self, Action};
 
 /// A logged-in client and its backend connection.
 pub struct Session<S> {
-    ctx: Arc<Context>,
-    client: PacketReader<S>,
-    backend: Backend,
-    relay: Relay,
+    pub(super) ctx: Arc<Context>,
+    pub(super) client: PacketReader<S>,
+    pub(super) backend: Backend,
+    pub(super) relay: Relay,
     capabilities: CapabilityFlags,
+    /// The session's default database, as far as the proxy has seen it set (login, COM_INIT_DB,
+    /// `USE`); used to resolve unqualified message table names.
+    pub(super) current_db: Option<String>,
+    /// Message tables this session may have written in its open transaction; their managers are
+    /// told when it commits.
+    pub(super) pending_notify: Vec<Arc<crate::messaging::manager::TableManager>>,
     /// The challenge of the initial handshake; clients answer COM_CHANGE_USER with it.
     nonce: [u8; 20],
     user: String,
@@ -33,7 +39,7 @@ pub struct Session<S> {
 
 /// Why a session ended. Most endings are ordinary (the client quit or hung up).
 #[derive(Debug, thiserror::Error)]
-enum SessionEnd {
+pub(super) enum SessionEnd {
     #[error("client quit")]
     Quit,
     #[error("client connection closed: {0}")]
@@ -67,6 +73,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         nonce: [u8; 20],
         user: String,
         peer: SocketAddr,
+        database: Option<String>,
     ) -> Self {
         Session {
             ctx,
@@ -74,6 +81,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             backend,
             relay: Relay::new(capabilities, status),
             capabilities,
+            current_db: database,
+            pending_notify: Vec::new(),
             nonce,
             user,
             peer,
@@ -169,15 +178,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             COM_QUERY => {
                 let classification = sql::classify(&payload[1..]);
                 if classification.action == Action::Virtual {
-                    return self
-                        .reply_error(ErrorPacket::new(
-                            1235,
-                            "42000",
-                            "This statement is not supported by msgproxy yet",
-                        ))
-                        .await;
+                    return self.serve_virtual(&payload[1..]).await;
                 }
-                ResponseKind::Results
+                self.send_to_backend(&raw).await?;
+                self.relay
+                    .forward_response(
+                        ResponseKind::Results,
+                        &mut self.client,
+                        &mut self.backend.conn,
+                    )
+                    .await?;
+                self.after_relayed_statement(&payload[1..], classification)
+                    .await;
+                return Ok(());
+            }
+            COM_INIT_DB => {
+                self.send_to_backend(&raw).await?;
+                self.relay
+                    .forward_response(
+                        ResponseKind::Single,
+                        &mut self.client,
+                        &mut self.backend.conn,
+                    )
+                    .await?;
+                if !self.relay.failed {
+                    self.current_db = Some(String::from_utf8_lossy(&payload[1..]).into_owned());
+                }
+                return Ok(());
             }
             COM_CHANGE_USER => return self.change_user(&raw[4..]).await,
             COM_BINLOG_DUMP | COM_BINLOG_DUMP_GTID | COM_REGISTER_SLAVE | COM_TABLE_DUMP
@@ -238,8 +265,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Ok(())
     }
 
+    /// Whether the session agreed on CLIENT_DEPRECATE_EOF (shapes every result set).
+    pub(super) fn deprecate_eof(&self) -> bool {
+        self.capabilities
+            .contains(CapabilityFlags::CLIENT_DEPRECATE_EOF)
+    }
+
+    /// Runs a statement of the proxy's making on the backend and relays the server's answer to
+    /// the client as the answer to its current command.
+    pub(super) async fn relay_statement(
+        &mut self,
+        sql: &[u8],
+        kind: ResponseKind,
+    ) -> Result<(), SessionEnd> {
+        let mut payload = Vec::with_capacity(sql.len() + 1);
+        payload.push(COM_QUERY);
+        payload.extend_from_slice(sql);
+        let mut raw = bytes::BytesMut::new();
+        crate::protocol::packet::encode_packet(&mut raw, 0, &payload);
+        self.send_to_backend(&raw).await?;
+        self.relay
+            .forward_response(kind, &mut self.client, &mut self.backend.conn)
+            .await?;
+        Ok(())
+    }
+
     /// Answers the current command with an error of the proxy's own; the session goes on.
-    async fn reply_error(&mut self, err: ErrorPacket) -> Result<(), SessionEnd> {
+    pub(super) async fn reply_error(&mut self, err: ErrorPacket) -> Result<(), SessionEnd> {
         write_packet(self.client.get_mut(), 1, &err.encode(true))
             .await
             .map(|_| ())
@@ -311,6 +363,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     wire::status_flags(&ok).unwrap_or(self.relay.status),
                 );
                 self.user = user;
+                self.current_db = Some(String::from_utf8_lossy(request.database).into_owned())
+                    .filter(|d| !d.is_empty());
+                self.pending_notify.clear();
                 write_packet(client, seq, &ok)
                     .await
                     .map_err(SessionEnd::Client)?;

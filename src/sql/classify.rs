@@ -5,21 +5,17 @@
 //! bytes; a byte `>= 0x80` is never whitespace, never a comment marker and always part of an identifier, which
 //! is what MySQL's lexer does for every character set a client may use for queries.
 
-use super::{is_virtual, Action, Classification, Keyword};
+use super::{action_for, Classification, Keyword};
 
 /// Classifies one statement by its first keyword, after leading whitespace and comments.
 ///
 /// Never allocates and never panics, whatever the bytes. A statement of only whitespace and comments, or one
 /// that does not start with a word at all, is [`Keyword::Other`] and is relayed: the backend gives the right
-/// error for it.
+/// error for it. Whether it is relayed or answered by the proxy is `super::action_for`'s decision.
 pub fn classify(sql: &[u8]) -> Classification {
     let keyword_offset = skip_to_first_word(sql);
     let keyword = Keyword::lookup(word_at(sql, keyword_offset));
-    let action = if is_virtual(keyword) {
-        Action::Virtual
-    } else {
-        Action::Relay
-    };
+    let action = action_for(keyword, sql);
     Classification {
         keyword,
         action,
@@ -123,8 +119,10 @@ fn end_of_line(sql: &[u8], from: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sql::{is_virtual, Action};
 
-    /// Classifies and checks the keyword and where it was found.
+    /// Classifies and checks the keyword and where it was found (and that only `STREAM` and `ACK` are
+    /// virtual: none of these statements is a `SET workload`).
     #[track_caller]
     fn check(sql: &[u8], keyword: Keyword, offset: usize) {
         let c = classify(sql);
@@ -134,7 +132,12 @@ mod tests {
             "{:?}",
             String::from_utf8_lossy(sql)
         );
-        assert_eq!(c.action, Action::Relay);
+        let expected = if is_virtual(keyword) {
+            Action::Virtual
+        } else {
+            Action::Relay
+        };
+        assert_eq!(c.action, expected);
     }
 
     #[test]
@@ -148,6 +151,44 @@ mod tests {
         check(b"ACK t 1, 2", Keyword::Ack, 0);
         check(b"handler t open", Keyword::Other, 0);
         check(b"COMMIT", Keyword::Commit, 0);
+    }
+
+    #[test]
+    fn set_workload_is_virtual() {
+        for sql in [
+            &b"SET workload='olap'"[..],
+            b"set workload = olap",
+            b"SET SESSION workload='oltp';",
+            b"SET @@workload=\"olap\"",
+            b"/* vitess */ SET @@session.workload = 'OLAP'",
+            b"/*!40101 SET workload='olap' */",
+        ] {
+            let c = classify(sql);
+            assert_eq!(
+                (c.keyword, c.action),
+                (Keyword::Set, Action::Virtual),
+                "{:?}",
+                String::from_utf8_lossy(sql)
+            );
+        }
+        for sql in [
+            &b"SET workload=1, autocommit=0"[..],
+            b"SET workload='olap', autocommit=0",
+            b"SET @workload='olap'",
+            b"SET GLOBAL workload='olap'",
+            b"SET workload='banana'",
+            b"SET autocommit=0",
+            b"(SET workload='olap')",
+            b"SET workload='olap' \xff",
+        ] {
+            let c = classify(sql);
+            assert_eq!(
+                (c.keyword, c.action),
+                (Keyword::Set, Action::Relay),
+                "{:?}",
+                String::from_utf8_lossy(sql)
+            );
+        }
     }
 
     #[test]
@@ -311,7 +352,13 @@ mod tests {
             }
             let c = classify(&buf);
             assert!(c.keyword_offset <= buf.len(), "{buf:?}");
-            assert_eq!(c.action, Action::Relay);
+            if c.keyword != Keyword::Set {
+                assert_eq!(
+                    c.action == Action::Virtual,
+                    is_virtual(c.keyword),
+                    "{buf:?}"
+                );
+            }
             if c.keyword != Keyword::Other {
                 let name = c.keyword.name().as_bytes();
                 let found = &buf[c.keyword_offset..c.keyword_offset + name.len()];

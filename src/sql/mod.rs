@@ -1,17 +1,28 @@
-//! The statement classifier.
+//! The statement classifier, and the parser of the statements the proxy answers itself.
 //!
-//! Every `COM_QUERY` passes through [`classify`] before anything else happens to it, so the common path is a
+//! Every `COM_QUERY` passes through [`classify()`] before anything else happens to it, so the common path is a
 //! cheap look at the statement's first keyword: no allocation, no regex, no full parse. Only the rare
-//! statements the proxy may have to act on (message statements, and later DML/DDL that may touch message
-//! tables) will ever get a full parse; everything else is relayed byte for byte.
+//! statements the proxy acts on get a full parse: the virtual statements (`STREAM`, `ACK`, `SET workload`)
+//! with [`parse_virtual`], and later DML/DDL that may touch message tables; everything else is relayed byte
+//! for byte.
 //!
-//! The interception rules live in one place: [`KEYWORDS`] names the keywords the proxy tells apart, and
-//! [`is_virtual`] says which of them the proxy answers itself. Both are exercised from the data files in
-//! `grammar-tests/`.
+//! The interception rules live in one place: [`KEYWORDS`] names the keywords the proxy tells apart,
+//! [`is_virtual`] says which of them the proxy always answers itself, and `action_for` adds the one
+//! statement decided by more than its keyword (`SET workload = ...`). All of it is exercised from the data
+//! files in `grammar-tests/`.
+//!
+//! - `classify.rs` — the first keyword, found by a byte scan that skips leading comments;
+//! - `lexer.rs` — a MariaDB-compatible lexer for the statements parsed here (positions, lines, quoting);
+//! - `reserved.rs` — the words MariaDB refuses as an unquoted table name;
+//! - `statements.rs` — [`VirtualStatement`], [`parse_virtual`] and its MariaDB-worded [`SyntaxError`].
 
 mod classify;
+mod lexer;
+mod reserved;
+mod statements;
 
 pub use classify::classify;
+pub use statements::{parse_virtual, SyntaxError, TableName, VirtualStatement};
 
 /// What the proxy does with one statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,15 +156,29 @@ impl std::str::FromStr for Keyword {
     }
 }
 
-/// Whether statements starting with `keyword` are answered by the proxy instead of the backend.
+/// Whether statements starting with `keyword` are always answered by the proxy instead of the backend.
 ///
-/// This is the single place where interception is switched on. For now nothing is virtual: `STREAM` and `ACK`
-/// are already told apart, but until the message engine exists they are relayed (and the backend rejects
-/// them, which is the honest answer). The engine's issue changes this function, and only this function, to
-/// return `true` for [`Keyword::Stream`] and [`Keyword::Ack`].
+/// `STREAM` and `ACK` are not MariaDB statements, so the proxy takes every statement that starts with them,
+/// malformed ones included: those get a MariaDB-worded syntax error from [`parse_virtual`]. (MariaDB has no
+/// top-level labels, so `stream: BEGIN NOT ATOMIC ... END` is not valid SQL that this would steal.)
 pub const fn is_virtual(keyword: Keyword) -> bool {
-    let _ = keyword;
-    false
+    matches!(keyword, Keyword::Stream | Keyword::Ack)
+}
+
+/// The action for a statement whose first keyword is `keyword`: the single place where interception is
+/// switched on.
+///
+/// Besides [`is_virtual`] keywords, a `SET` is virtual when it assigns the Vitess `workload` variable and
+/// nothing else (`SET workload = 'olap'`, `SET @@session.workload = olap`, ...; Vitess clients send it
+/// before `STREAM`). Only `SET` statements pay for that check, and it allocates nothing. A `SET` that mixes
+/// `workload` with other variables, or gives it a value Vitess refuses, is relayed: the server then rejects
+/// the unknown variable, which is the honest answer.
+fn action_for(keyword: Keyword, sql: &[u8]) -> Action {
+    if is_virtual(keyword) || (keyword == Keyword::Set && statements::is_set_workload(sql)) {
+        Action::Virtual
+    } else {
+        Action::Relay
+    }
 }
 
 /// How the proxy handles one statement, read from its first keyword.
@@ -191,9 +216,28 @@ mod tests {
     }
 
     #[test]
-    fn nothing_is_virtual_yet() {
+    fn only_stream_and_ack_are_always_virtual() {
         for &(_, keyword) in KEYWORDS {
-            assert!(!is_virtual(keyword));
+            assert_eq!(
+                is_virtual(keyword),
+                matches!(keyword, Keyword::Stream | Keyword::Ack),
+                "{keyword}"
+            );
         }
+        assert!(!is_virtual(Keyword::Other));
+    }
+
+    #[test]
+    fn set_is_virtual_only_for_workload() {
+        assert_eq!(
+            action_for(Keyword::Set, b"SET workload='olap'"),
+            Action::Virtual
+        );
+        assert_eq!(action_for(Keyword::Set, b"SET autocommit=1"), Action::Relay);
+        assert_eq!(
+            action_for(Keyword::Select, b"SET workload='olap'"),
+            Action::Relay
+        );
+        assert_eq!(action_for(Keyword::Ack, b"ACK"), Action::Virtual);
     }
 }

@@ -1,0 +1,251 @@
+//! The engine: the registry of message tables, loaded from `information_schema`, and one
+//! [`TableManager`] per loaded table. Sessions ask it which table a statement names; it never
+//! sees a packet.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Pool, Row};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::manager::TableManager;
+use super::options;
+use super::table::{self, ColumnInfo};
+use crate::config::BackendTarget;
+
+/// How often the registry is reloaded to pick up DDL made around the proxy.
+pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+
+/// What the registry knows about a table name.
+pub enum Lookup {
+    Loaded(Arc<TableManager>),
+    /// A `vitess_message` table whose definition is wrong, with the reason.
+    Broken(String),
+    /// Not a message table (or no such table).
+    NotMessageTable,
+}
+
+/// A message table's full name. Names are compared exactly, as the server does on Linux with
+/// the default `lower_case_table_names=0`.
+pub type TableKey = (String, String);
+
+enum Entry {
+    Loaded(Arc<TableManager>),
+    Broken(String),
+}
+
+pub struct Engine {
+    pool: Pool,
+    tables: RwLock<HashMap<TableKey, Entry>>,
+    shutdown: CancellationToken,
+    /// Serialises reloads so two DDL statements cannot interleave their updates.
+    reload_lock: tokio::sync::Mutex<()>,
+}
+
+impl Engine {
+    /// Creates the engine and loads the message tables; a backend that cannot be reached now is
+    /// retried by the periodic reload.
+    pub async fn start(backend: &BackendTarget, shutdown: CancellationToken) -> Arc<Engine> {
+        let constraints = mysql_async::PoolConstraints::new(0, 16).unwrap_or_default();
+        let opts = mysql_async::OptsBuilder::default()
+            .ip_or_hostname(backend.host.clone())
+            .tcp_port(backend.port)
+            .user(Some(backend.user.clone()))
+            .pass(Some(backend.password.clone()).filter(|p| !p.is_empty()))
+            .db_name(backend.database.clone())
+            .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
+        let engine = Arc::new(Engine {
+            pool: Pool::new(opts),
+            tables: RwLock::new(HashMap::new()),
+            shutdown,
+            reload_lock: tokio::sync::Mutex::new(()),
+        });
+        if let Err(e) = engine.reload().await {
+            warn!("cannot load message tables yet ({e}); retrying every {RELOAD_INTERVAL:?}");
+        }
+        let periodic = engine.clone();
+        tokio::spawn(async move { periodic.reload_periodically().await });
+        engine
+    }
+
+    async fn reload_periodically(self: Arc<Self>) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(RELOAD_INTERVAL) => {}
+                _ = self.shutdown.cancelled() => break,
+            }
+            if let Err(e) = self.reload().await {
+                warn!("reloading message tables failed: {e}");
+            }
+        }
+        for entry in self
+            .tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            if let Entry::Loaded(m) = entry {
+                m.stop();
+            }
+        }
+    }
+
+    pub fn lookup(&self, schema: &str, name: &str) -> Lookup {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        match tables.get(&(schema.to_string(), name.to_string())) {
+            Some(Entry::Loaded(m)) => Lookup::Loaded(m.clone()),
+            Some(Entry::Broken(why)) => Lookup::Broken(why.clone()),
+            None => Lookup::NotMessageTable,
+        }
+    }
+
+    /// Whether any message table is loaded (lets sessions skip all message work when none is).
+    pub fn has_tables(&self) -> bool {
+        !self
+            .tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
+    /// The loaded tables whose name appears in `sql` (case-insensitively): a cheap, deliberately
+    /// generous test for "this statement may have written to a message table". A false positive
+    /// costs one extra poll.
+    pub fn tables_mentioned(&self, sql: &[u8]) -> Vec<Arc<TableManager>> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        tables
+            .iter()
+            .filter_map(|((_, name), entry)| match entry {
+                Entry::Loaded(m) if contains_ignore_ascii_case(sql, name.as_bytes()) => {
+                    Some(m.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Reads the message tables from `information_schema` and brings the managers in line:
+    /// new tables get a manager, changed ones get the new definition, dropped ones are stopped.
+    pub async fn reload(&self) -> Result<(), mysql_async::Error> {
+        let _guard = self.reload_lock.lock().await;
+        let found = self.read_definitions().await?;
+        let mut tables = self.tables.write().unwrap_or_else(|e| e.into_inner());
+        let mut next = HashMap::with_capacity(found.len());
+        for (key, result) in found {
+            let entry = match (result, tables.remove(&key)) {
+                (Ok(def), Some(Entry::Loaded(m))) => {
+                    if *m.definition() != def {
+                        info!(
+                            "message table {} changed: {}",
+                            def.qualified(),
+                            def.options.to_comment_summary()
+                        );
+                        m.set_definition(def);
+                    }
+                    Entry::Loaded(m)
+                }
+                (Ok(def), _) => {
+                    info!(
+                        "message table {} loaded: {}",
+                        def.qualified(),
+                        def.options.to_comment_summary()
+                    );
+                    Entry::Loaded(TableManager::start(
+                        def,
+                        self.pool.clone(),
+                        self.shutdown.child_token(),
+                    ))
+                }
+                (Err(why), old) => {
+                    let unchanged = matches!(&old, Some(Entry::Broken(w)) if *w == why);
+                    if !unchanged {
+                        warn!("{why}");
+                    }
+                    if let Some(Entry::Loaded(m)) = old {
+                        m.stop();
+                    }
+                    Entry::Broken(why)
+                }
+            };
+            next.insert(key, entry);
+        }
+        for (key, old) in tables.drain() {
+            if let Entry::Loaded(m) = old {
+                info!(
+                    "message table `{}`.`{}` is gone; its streams end",
+                    key.0, key.1
+                );
+                m.stop();
+            }
+        }
+        *tables = next;
+        Ok(())
+    }
+
+    /// Every `vitess_message` table with its validated definition or the reason it is invalid.
+    async fn read_definitions(
+        &self,
+    ) -> Result<Vec<(TableKey, Result<table::MessageTable, String>)>, mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        let candidates: Vec<(String, String, String)> = conn
+            .query(
+                "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES \
+                 WHERE TABLE_COMMENT LIKE 'vitess\\_message%' AND TABLE_TYPE = 'BASE TABLE'",
+            )
+            .await?;
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<Row> = conn
+            .query(
+                "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.CHARACTER_SET_NAME, c.COLUMN_KEY \
+                 FROM information_schema.COLUMNS c JOIN information_schema.TABLES t \
+                   ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME \
+                 WHERE t.TABLE_COMMENT LIKE 'vitess\\_message%' AND t.TABLE_TYPE = 'BASE TABLE' \
+                 ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION",
+            )
+            .await?;
+        let mut columns: HashMap<TableKey, Vec<ColumnInfo>> = HashMap::new();
+        for mut row in rows {
+            let schema: String = row.take(0).unwrap_or_default();
+            let name: String = row.take(1).unwrap_or_default();
+            let column: String = row.take(2).unwrap_or_default();
+            let data_type: String = row.take(3).unwrap_or_default();
+            let charset: Option<String> = row.take(4).unwrap_or_default();
+            let key: String = row.take(5).unwrap_or_default();
+            columns.entry((schema, name)).or_default().push(ColumnInfo {
+                name: column,
+                data_type: data_type.to_ascii_lowercase(),
+                charset,
+                in_primary_key: key == "PRI",
+            });
+        }
+        Ok(candidates
+            .into_iter()
+            .filter_map(|(schema, name, comment)| {
+                let result = match options::parse_comment(&comment) {
+                    Ok(Some(opts)) => {
+                        let cols = columns
+                            .get(&(schema.clone(), name.clone()))
+                            .map(Vec::as_slice)
+                            .unwrap_or(&[]);
+                        table::validate(&schema, &name, opts, cols).map_err(|e| e.to_string())
+                    }
+                    Ok(None) => return None,
+                    Err(e) => Err(format!("message table `{schema}`.`{name}`: {e}")),
+                };
+                Some(((schema, name), result))
+            })
+            .collect())
+    }
+}
+
+fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty()
+        && haystack
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
+}

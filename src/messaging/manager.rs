@@ -1,0 +1,358 @@
+//! One manager per message table: the due-message cache, the subscribers (open `STREAM`s), the
+//! round-robin hand-out of batches, and the poller/purger loop.
+//!
+//! The manager only decides *who should try to send what*. The claim itself — the atomic
+//! `SELECT ... FOR UPDATE SKIP LOCKED` + `UPDATE` that makes a message this proxy's to send for
+//! one ack window — runs on the subscriber's own connection (see `stream`), and re-checks every
+//! row against the database. So a stale cache can cost a wasted claim, never a duplicate or an
+//! acked message sent again.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Pool, Value};
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::cache::{DueCache, Entry};
+use super::state;
+use super::table::MessageTable;
+
+/// Rows deleted per purge statement, so a large purge never holds locks for long.
+pub const PURGE_BATCH: u64 = 500;
+
+/// A batch of messages offered to one subscriber.
+pub type Batch = Vec<Entry>;
+
+pub struct TableManager {
+    definition: RwLock<Arc<MessageTable>>,
+    state: Mutex<State>,
+    /// Wakes the manager loop: a subscriber came or became ready, or a poll was requested.
+    kick: Notify,
+    /// Set when the next wake-up should poll the table (new rows were committed, backlog).
+    poll_requested: AtomicBool,
+    pool: Pool,
+    stop: CancellationToken,
+    next_subscriber_id: AtomicU64,
+}
+
+struct State {
+    cache: DueCache,
+    /// Keys handed to a subscriber whose claim has not finished; never offered twice at once.
+    in_flight: HashSet<Box<[u8]>>,
+    subscribers: Vec<Subscriber>,
+    /// Round-robin position in `subscribers`.
+    next: usize,
+    /// The last poll filled the cache to its limit: more due rows may be waiting.
+    backlog: bool,
+}
+
+struct Subscriber {
+    id: u64,
+    tx: mpsc::Sender<Batch>,
+    busy: bool,
+}
+
+/// An open stream's membership; dropping it leaves the table's subscribers at once.
+pub struct Subscription {
+    id: u64,
+    manager: Arc<TableManager>,
+    pub batches: mpsc::Receiver<Batch>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.manager.unsubscribe(self.id);
+    }
+}
+
+impl Subscription {
+    /// Reports that the last batch is finished (sent or not); the subscriber may get another.
+    pub fn batch_done(&self, batch: &[Entry]) {
+        self.manager.batch_done(self.id, batch);
+    }
+
+    pub fn manager(&self) -> &Arc<TableManager> {
+        &self.manager
+    }
+}
+
+impl TableManager {
+    pub fn start(
+        definition: MessageTable,
+        pool: Pool,
+        stop: CancellationToken,
+    ) -> Arc<TableManager> {
+        let capacity = definition.options.cache_size;
+        let manager = Arc::new(TableManager {
+            definition: RwLock::new(Arc::new(definition)),
+            state: Mutex::new(State {
+                cache: DueCache::new(capacity),
+                in_flight: HashSet::new(),
+                subscribers: Vec::new(),
+                next: 0,
+                backlog: false,
+            }),
+            kick: Notify::new(),
+            poll_requested: AtomicBool::new(false),
+            pool,
+            stop,
+            next_subscriber_id: AtomicU64::new(1),
+        });
+        let runner = manager.clone();
+        tokio::spawn(async move { runner.run().await });
+        manager
+    }
+
+    pub fn definition(&self) -> Arc<MessageTable> {
+        self.definition
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn set_definition(&self, definition: MessageTable) {
+        let capacity = definition.options.cache_size;
+        *self.definition.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(definition);
+        let mut state = self.lock();
+        if state.cache.capacity() != capacity {
+            state.cache = DueCache::new(capacity);
+        }
+        drop(state);
+        self.request_poll();
+    }
+
+    /// Stops the manager loop; open streams see their batch channel close and end.
+    pub fn stop(&self) {
+        self.stop.cancel();
+        self.lock().subscribers.clear();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stop.is_cancelled()
+    }
+
+    /// Rows may have become due (an insert was committed through the proxy): poll soon.
+    pub fn request_poll(&self) {
+        self.poll_requested.store(true, Ordering::Release);
+        self.kick.notify_one();
+    }
+
+    pub fn subscribe(self: &Arc<Self>) -> Subscription {
+        let id = self.next_subscriber_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(1);
+        self.lock().subscribers.push(Subscriber {
+            id,
+            tx,
+            busy: false,
+        });
+        // A new subscriber wants what is due now, not at the next tick.
+        self.request_poll();
+        Subscription {
+            id,
+            manager: self.clone(),
+            batches: rx,
+        }
+    }
+
+    fn unsubscribe(&self, id: u64) {
+        let mut state = self.lock();
+        state.subscribers.retain(|s| s.id != id);
+    }
+
+    fn batch_done(&self, id: u64, batch: &[Entry]) {
+        let mut state = self.lock();
+        for e in batch {
+            state.in_flight.remove(&e.key);
+        }
+        if let Some(s) = state.subscribers.iter_mut().find(|s| s.id == id) {
+            s.busy = false;
+        }
+        drop(state);
+        self.kick.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn run(self: Arc<Self>) {
+        let mut next_tick = Instant::now();
+        loop {
+            let interval = self.definition().options.poller_interval;
+            tokio::select! {
+                _ = tokio::time::sleep_until(next_tick) => {
+                    // With nobody streaming there is nobody to fill the cache for; a new
+                    // subscriber triggers a poll of its own. Purging runs regardless.
+                    if self.has_subscribers() {
+                        self.poll().await;
+                    }
+                    self.purge().await;
+                    next_tick = Instant::now() + interval;
+                }
+                _ = self.kick.notified() => {
+                    if self.poll_requested.swap(false, Ordering::AcqRel) && self.has_subscribers() {
+                        self.poll().await;
+                    }
+                }
+                _ = self.stop.cancelled() => return,
+            }
+            if self.distribute() {
+                self.request_poll();
+            }
+        }
+    }
+
+    fn has_subscribers(&self) -> bool {
+        !self.lock().subscribers.is_empty()
+    }
+
+    /// Hands batches to ready subscribers in turn. Returns true when the cache ran dry while a
+    /// backlog may be waiting in the table, so the caller polls again at once.
+    fn distribute(&self) -> bool {
+        let batch_size = self.definition().options.batch_size;
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let n = state.subscribers.len();
+        let mut idle_seen = false;
+        for _ in 0..n {
+            if state.cache.is_empty() {
+                break;
+            }
+            let i = state.next % n;
+            state.next = (state.next + 1) % n;
+            let sub = &mut state.subscribers[i];
+            if sub.busy {
+                continue;
+            }
+            idle_seen = true;
+            let batch = state.cache.pop_batch(batch_size);
+            let keys: Vec<Box<[u8]>> = batch.iter().map(|e| e.key.clone()).collect();
+            match sub.tx.try_send(batch) {
+                Ok(()) => {
+                    sub.busy = true;
+                    // In flight until the subscriber reports back: never offered twice at once.
+                    state.in_flight.extend(keys);
+                }
+                Err(
+                    mpsc::error::TrySendError::Full(batch)
+                    | mpsc::error::TrySendError::Closed(batch),
+                ) => {
+                    for e in batch {
+                        state.cache.insert(e);
+                    }
+                }
+            }
+        }
+        let any_idle = idle_seen || state.subscribers.iter().any(|s| !s.busy);
+        state.cache.is_empty() && state.backlog && any_idle
+    }
+
+    /// Refills the cache with the table's due rows, in sending order.
+    async fn poll(&self) {
+        let def = self.definition();
+        let now = state::now_ns();
+        let order = order_by(&def);
+        let sql = format!(
+            "SELECT {key}, {prio}, COALESCE(`time_next`, 0) FROM {table} WHERE {unacked} AND {due} ORDER BY {order} LIMIT {limit}",
+            key = def.key_sql(),
+            prio = if def.has_priority { "COALESCE(`priority`, 0)" } else { "0" },
+            table = def.qualified(),
+            unacked = state::UNACKED_SQL,
+            due = state::due_sql(now),
+            limit = def.options.cache_size,
+        );
+        let started = std::time::Instant::now();
+        let rows: Vec<(Value, i64, i64)> = match self.pool.get_conn().await {
+            Ok(mut conn) => match conn.query(&sql).await {
+                Ok(rows) => rows,
+                Err(e) => {
+                    warn!("polling {} failed: {e}", def.qualified());
+                    return;
+                }
+            },
+            Err(e) => {
+                warn!(
+                    "polling {} failed: cannot reach the backend: {e}",
+                    def.qualified()
+                );
+                return;
+            }
+        };
+        debug!(table = %def.qualified(), rows = rows.len(), elapsed = ?started.elapsed(), "polled");
+        let mut state = self.lock();
+        state.backlog = rows.len() >= def.options.cache_size;
+        state.cache.clear();
+        for (key, priority, time_next) in rows {
+            let Some(key) = value_bytes(key) else {
+                continue;
+            };
+            if state.in_flight.contains(&key[..]) {
+                continue;
+            }
+            state.cache.insert(Entry {
+                key,
+                priority,
+                time_next,
+            });
+        }
+    }
+
+    /// Deletes acked rows older than `vt_purge_after`, a batch at a time.
+    async fn purge(&self) {
+        let def = self.definition();
+        let cutoff = state::now_ns()
+            .saturating_sub(def.options.purge_after.as_nanos().min(i64::MAX as u128) as i64);
+        let sql = format!(
+            "DELETE FROM {} WHERE {} LIMIT {PURGE_BATCH}",
+            def.qualified(),
+            state::purgeable_sql(cutoff)
+        );
+        let mut conn = match self.pool.get_conn().await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(
+                    "purging {} failed: cannot reach the backend: {e}",
+                    def.qualified()
+                );
+                return;
+            }
+        };
+        loop {
+            if self.stop.is_cancelled() {
+                return;
+            }
+            match conn.query_drop(&sql).await {
+                Ok(()) if conn.affected_rows() >= PURGE_BATCH => continue,
+                Ok(()) => return,
+                Err(e) => {
+                    warn!("purging {} failed: {e}", def.qualified());
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The sending order: lower priority first, then the earliest due.
+pub fn order_by(def: &MessageTable) -> &'static str {
+    if def.has_priority {
+        "`priority`, `time_next`"
+    } else {
+        "`time_next`"
+    }
+}
+
+/// A key value from a text-protocol result (`HEX(id)` or a number's text).
+fn value_bytes(v: Value) -> Option<Box<[u8]>> {
+    match v {
+        Value::Bytes(b) => Some(b.into_boxed_slice()),
+        Value::Int(i) => Some(i.to_string().into_bytes().into_boxed_slice()),
+        Value::UInt(u) => Some(u.to_string().into_bytes().into_boxed_slice()),
+        _ => None,
+    }
+}

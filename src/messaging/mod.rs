@@ -1,0 +1,9 @@
+//! The message engine (see ../shared/MESSAGING.md).
+pub mod backoff;
+pub mod cache;
+pub mod engine;
+pub mod manager;
+pub mod options;
+pub mod state;
+pub mod stream;
+pub mod table;

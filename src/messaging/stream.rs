@@ -1,0 +1,278 @@
+//! The subscriber side of `STREAM * FROM t`: runs on the client session's own backend
+//! connection, so column definitions and row values are exactly what the server sends that
+//! session for a `SELECT` of those columns (its character set, its time zone, its metadata).
+//!
+//! For each batch the manager offers, the stream claims the rows in one short transaction —
+//! `SELECT ... FOR UPDATE SKIP LOCKED` re-checks that each row is still unacked and due and locks
+//! it, the `UPDATE` moves `time_next` past the ack window with backoff and counts `epoch`, and
+//! `COMMIT` makes the claim visible to every other proxy — and only then writes the rows to the
+//! client. A row claimed by someone else, acked, or rescheduled meanwhile is skipped.
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::backoff;
+use super::cache::Entry;
+use super::manager::{order_by, Subscription};
+use super::state;
+use super::table::MessageTable;
+use crate::backend::{Backend, BackendError, QueryOutcome};
+use crate::protocol::packet::{encode_packet, PacketReader};
+use crate::protocol::wire::{self, put_lenenc_int, ErrorPacket};
+
+/// How a stream ended.
+pub enum StreamEnd {
+    /// The stream never started (the server refused the column query); the error was sent and
+    /// the session goes on.
+    Refused,
+    /// The client went away, or the stream ended with an error already sent: close the session.
+    Closed,
+    /// The backend connection failed.
+    BackendLost(BackendError),
+}
+
+/// Why one batch could not be sent.
+enum BatchError {
+    Client(std::io::Error),
+    Backend(BackendError),
+    /// The server rejected a claim statement in a way that will not get better (a column is
+    /// gone, the table is gone): end the stream with that error.
+    Fatal(BytesMut),
+    /// The claim failed for a passing reason (lock wait timeout, deadlock): nothing to tell the
+    /// client; the rows come back through the poller.
+    Transient,
+}
+
+/// Serves a `STREAM` until the client leaves or the proxy stops.
+pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut PacketReader<S>,
+    backend: &mut Backend,
+    deprecate_eof: bool,
+    subscription: Subscription,
+    shutdown: &CancellationToken,
+) -> StreamEnd {
+    let def = subscription.manager().definition();
+    // Column definitions first, at once, even when nothing is due.
+    let sql = format!(
+        "SELECT {} FROM {} LIMIT 0",
+        def.select_list(),
+        def.qualified()
+    );
+    let (columns, status) = match backend.query(&sql, deprecate_eof).await {
+        Ok(QueryOutcome::ResultSet {
+            columns, status, ..
+        }) => (columns, status),
+        Ok(QueryOutcome::Err(err)) => {
+            let _ = crate::protocol::packet::write_packet(client.get_mut(), 1, &err).await;
+            return StreamEnd::Refused;
+        }
+        Ok(QueryOutcome::Ok { .. }) => return StreamEnd::BackendLost(BackendError::Protocol),
+        Err(e) => return StreamEnd::BackendLost(e),
+    };
+    let mut out = BytesMut::new();
+    let mut count = BytesMut::new();
+    put_lenenc_int(&mut count, columns.len() as u64);
+    let mut seq = encode_packet(&mut out, 1, &count);
+    for c in &columns {
+        seq = encode_packet(&mut out, seq, c);
+    }
+    if !deprecate_eof {
+        let mut eof = vec![wire::EOF_HEADER, 0, 0];
+        eof.extend_from_slice(&status.to_le_bytes());
+        seq = encode_packet(&mut out, seq, &eof);
+    }
+    if let Err(e) = write_all(client, &out).await {
+        debug!("stream client left before the column definitions: {e}");
+        return StreamEnd::Closed;
+    }
+    let mut subscription = subscription;
+    loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => {
+                let err = ErrorPacket::new(1053, "08S01", "msgproxy is shutting down; reconnect and STREAM again (unacked messages come back after their ack wait)");
+                let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
+                return StreamEnd::Closed;
+            }
+            r = client.fill() => {
+                // A streaming client sends nothing; data or EOF both mean it is done with us.
+                if let Ok(n) = r {
+                    if n > 0 {
+                        debug!("stream client sent a command while streaming; closing the stream");
+                    }
+                }
+                return StreamEnd::Closed;
+            }
+            batch = subscription.batches.recv() => {
+                let Some(batch) = batch else {
+                    let err = ErrorPacket::new(1146, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
+                    let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
+                    return StreamEnd::Closed;
+                };
+                let def = subscription.manager().definition();
+                let result = claim_and_send(client, backend, deprecate_eof, &def, &batch, &mut seq).await;
+                subscription.batch_done(&batch);
+                match result {
+                    Ok(()) | Err(BatchError::Transient) => {}
+                    Err(BatchError::Client(e)) => {
+                        debug!("stream client left: {e}");
+                        return StreamEnd::Closed;
+                    }
+                    Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e),
+                    Err(BatchError::Fatal(err)) => {
+                        let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err).await;
+                        return StreamEnd::Closed;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn write_all<S: AsyncWrite + Unpin>(
+    client: &mut PacketReader<S>,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let w = client.get_mut();
+    w.write_all(bytes).await?;
+    w.flush().await
+}
+
+/// Claims what it can of `batch` and writes the claimed rows to the client.
+async fn claim_and_send<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut PacketReader<S>,
+    backend: &mut Backend,
+    deprecate_eof: bool,
+    def: &MessageTable,
+    batch: &[Entry],
+    seq: &mut u8,
+) -> Result<(), BatchError> {
+    let literals: Vec<String> = batch
+        .iter()
+        .filter_map(|e| def.id_literal(&e.key))
+        .collect();
+    if literals.is_empty() {
+        return Ok(());
+    }
+    let rows = claim(backend, deprecate_eof, def, &literals).await?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut out = BytesMut::new();
+    for row in &rows {
+        *seq = encode_packet(&mut out, *seq, row);
+    }
+    write_all(client, &out).await.map_err(BatchError::Client)
+}
+
+/// The claim transaction. Returns the claimed rows' payloads, trimmed to the stream columns.
+async fn claim(
+    backend: &mut Backend,
+    deprecate_eof: bool,
+    def: &MessageTable,
+    literals: &[String],
+) -> Result<Vec<BytesMut>, BatchError> {
+    let now = state::now_ns();
+    let stream_columns = def.stream_columns.len();
+    exec(backend, deprecate_eof, "START TRANSACTION").await?;
+    let select = format!(
+        "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE `id` IN ({ids}) AND {unacked} AND {due} ORDER BY {order} FOR UPDATE SKIP LOCKED",
+        cols = def.select_list(),
+        key = def.key_sql(),
+        table = def.qualified(),
+        ids = literals.join(", "),
+        unacked = state::UNACKED_SQL,
+        due = state::due_sql(now),
+        order = order_by(def),
+    );
+    let rows = match run(backend, deprecate_eof, &select).await {
+        Ok(QueryOutcome::ResultSet { rows, .. }) => rows,
+        Ok(QueryOutcome::Err(err)) => return Err(rollback_after(backend, deprecate_eof, err).await),
+        Ok(QueryOutcome::Ok { .. }) => return Err(BatchError::Backend(BackendError::Protocol)),
+        Err(e) => return Err(e),
+    };
+    let mut claimed = Vec::with_capacity(rows.len());
+    let mut cases = String::new();
+    let mut ids = Vec::with_capacity(rows.len());
+    for mut row in rows {
+        let values =
+            wire::text_row_values(&row).ok_or(BatchError::Backend(BackendError::Protocol))?;
+        let (Some(Some(key)), Some(epoch)) =
+            (values.get(stream_columns), values.get(stream_columns + 1))
+        else {
+            return Err(BatchError::Backend(BackendError::Protocol));
+        };
+        let epoch: i64 = epoch
+            .and_then(|e| std::str::from_utf8(e).ok())
+            .and_then(|e| e.parse().ok())
+            .unwrap_or(0);
+        let Some(literal) = def.id_literal(key) else {
+            warn!(
+                "{}: cannot form a literal for id key {:?}; skipping the row",
+                def.qualified(),
+                String::from_utf8_lossy(key)
+            );
+            continue;
+        };
+        let time_next = backoff::next_time_next(now, epoch, &def.options, backoff::random_jitter());
+        cases.push_str(&format!(" WHEN {literal} THEN {time_next}"));
+        ids.push(literal);
+        let keep = wire::text_row_prefix_len(&row, stream_columns)
+            .ok_or(BatchError::Backend(BackendError::Protocol))?;
+        row.truncate(keep);
+        claimed.push(row);
+    }
+    if claimed.is_empty() {
+        exec(backend, deprecate_eof, "COMMIT").await?;
+        return Ok(claimed);
+    }
+    let update = format!(
+        "UPDATE {table} SET `epoch` = COALESCE(`epoch`, 0) + 1, `time_next` = CASE `id`{cases} END WHERE `id` IN ({ids})",
+        table = def.qualified(),
+        ids = ids.join(", "),
+    );
+    exec(backend, deprecate_eof, &update).await?;
+    exec(backend, deprecate_eof, "COMMIT").await?;
+    Ok(claimed)
+}
+
+async fn run(
+    backend: &mut Backend,
+    deprecate_eof: bool,
+    sql: &str,
+) -> Result<QueryOutcome, BatchError> {
+    backend
+        .query(sql, deprecate_eof)
+        .await
+        .map_err(BatchError::Backend)
+}
+
+/// Runs a statement that answers OK; an ERR rolls the claim back.
+async fn exec(backend: &mut Backend, deprecate_eof: bool, sql: &str) -> Result<(), BatchError> {
+    match run(backend, deprecate_eof, sql).await? {
+        QueryOutcome::Ok { .. } => Ok(()),
+        QueryOutcome::Err(err) => Err(rollback_after(backend, deprecate_eof, err).await),
+        QueryOutcome::ResultSet { .. } => Err(BatchError::Backend(BackendError::Protocol)),
+    }
+}
+
+/// Rolls back after a failed claim statement. Errors about the table's shape end the stream;
+/// others (lock wait timeout, deadlock) only cost this batch, whose rows come back later.
+async fn rollback_after(backend: &mut Backend, deprecate_eof: bool, err: BytesMut) -> BatchError {
+    if let Err(e) = backend.query("ROLLBACK", deprecate_eof).await {
+        return BatchError::Backend(e);
+    }
+    let parsed = ErrorPacket::parse(&err);
+    match parsed.as_ref().map(|e| e.code) {
+        // ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR, ER_TABLEACCESS_DENIED_ERROR.
+        Some(1054 | 1146 | 1049 | 1142) => BatchError::Fatal(err),
+        _ => {
+            if let Some(e) = parsed {
+                warn!("claim failed, the batch will be retried: {e}");
+            }
+            BatchError::Transient
+        }
+    }
+}

@@ -1,0 +1,744 @@
+//! The definition of one message table (MESSAGING.md §1), validated from `information_schema` facts.
+//!
+//! This module does no I/O: the engine reads the table comment and `information_schema.COLUMNS`, and
+//! [`validate`] (or [`from_comment`]) decides whether the table is a usable message table, which columns a
+//! stream carries, and how to write SQL that names one row by its id.
+//!
+//! # Ids as keys
+//!
+//! The engine keeps ids as opaque byte keys (in the due cache, in claims and acks). A key must not depend on the
+//! connection's character set, and it must be turned back into a literal that matches exactly that row. So:
+//!
+//! | id type | key (`key_sql`) | literal (`id_literal`) |
+//! |---|---|---|
+//! | integer, decimal, year | the value as text: `` `id` `` | the same text, if it is a plain number |
+//! | binary, varbinary, blob, uuid, inet4/6 | `` HEX(`id`) `` | `X'…'` |
+//! | text types (with a charset), temporal types | `` HEX(`id`) `` | `_charset X'…'` |
+//!
+//! The text literal uses a charset introducer, not `CONVERT(X'…' USING cs)`: `CONVERT` yields the charset's
+//! *default* collation with implicit coercibility, which clashes with a column of another collation of the same
+//! charset (`ERROR 1267 Illegal mix of collations`, checked on MariaDB 10.11 with a `latin1_general_cs` id). An
+//! introduced literal has literal coercibility, so the column's own collation decides the comparison. Because the
+//! id is the whole primary key, that comparison matches exactly one row.
+
+use super::options::{parse_comment, MessageOptions, OptionsError};
+
+/// One column of the table, from `information_schema.COLUMNS`, in table order (`ORDINAL_POSITION`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnInfo {
+    /// `COLUMN_NAME`, as the table spells it.
+    pub name: String,
+    /// `DATA_TYPE`, lowercase: `bigint`, `varchar`, `uuid`, ….
+    pub data_type: String,
+    /// `CHARACTER_SET_NAME`: set for the text types, `None` for numbers, binary strings, temporal types.
+    pub charset: Option<String>,
+    /// Whether the column is part of the primary key.
+    pub in_primary_key: bool,
+}
+
+/// How the id column is turned into a key and back (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdKind {
+    /// Integer, decimal and year ids: the key is the value's decimal text.
+    Numeric,
+    /// Ids compared as text: the key is the hex of the value in `charset`.
+    Text {
+        /// The column's character set; `utf8mb4` for types that have none (see the module docs).
+        charset: String,
+    },
+    /// Binary ids: the key is the hex of the bytes.
+    Binary,
+}
+
+/// A loaded message table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageTable {
+    pub schema: String,
+    pub name: String,
+    pub options: MessageOptions,
+    /// What `stream` sends, in order, spelled as the table spells them: `id` first.
+    pub stream_columns: Vec<String>,
+    /// Whether the table has a `priority` column (without one, every row has priority 0).
+    pub has_priority: bool,
+    pub id_kind: IdKind,
+}
+
+/// Why a table is not a usable message table. Displays as "message table `s`.`t`: what is wrong".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("message table {table}: {problem}")]
+pub struct TableError {
+    /// The table, quoted: `` `schema`.`name` ``.
+    pub table: String,
+    pub problem: TableProblem,
+}
+
+/// What is wrong with a message table.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TableProblem {
+    #[error(transparent)]
+    Options(#[from] OptionsError),
+    #[error("missing required column {0}")]
+    MissingColumn(&'static str),
+    #[error("column {column} must be an integer type (bigint), not {data_type}")]
+    NotBigint { column: String, data_type: String },
+    #[error("column {column} must be an integer type, not {data_type}")]
+    NotInteger { column: String, data_type: String },
+    #[error("the primary key must be exactly (id), not ({0})")]
+    PrimaryKey(String),
+    #[error("the primary key must be exactly (id), but the table has none")]
+    NoPrimaryKey,
+    #[error("an id of type {0} is not supported: {1}")]
+    UnsupportedId(String, &'static str),
+    #[error("vt_message_cols names a column that does not exist: {0}")]
+    NoSuchStreamColumn(String),
+    #[error("vt_message_cols must start with id")]
+    StreamColumnsStart,
+}
+
+/// Columns with a fixed role; everything else is a user column. `time_created` and `time_scheduled` are the old
+/// Vitess columns: neither required, nor streamed by default, nor touched.
+const SPECIAL: [&str; 7] = [
+    "id",
+    "time_next",
+    "epoch",
+    "time_acked",
+    "priority",
+    "time_created",
+    "time_scheduled",
+];
+
+const INTEGER_TYPES: [&str; 6] = [
+    "tinyint",
+    "smallint",
+    "mediumint",
+    "int",
+    "integer",
+    "bigint",
+];
+
+/// Reads a table comment and validates the table in one step: `Ok(None)` when it is not a message table.
+pub fn from_comment(
+    schema: &str,
+    name: &str,
+    comment: &str,
+    columns: &[ColumnInfo],
+) -> Result<Option<MessageTable>, TableError> {
+    match parse_comment(comment) {
+        Ok(None) => Ok(None),
+        Ok(Some(options)) => validate(schema, name, options, columns).map(Some),
+        Err(e) => Err(TableError {
+            table: qualify(schema, name),
+            problem: e.into(),
+        }),
+    }
+}
+
+/// Checks a message table's columns against MESSAGING.md §1 and works out what a stream carries.
+pub fn validate(
+    schema: &str,
+    name: &str,
+    options: MessageOptions,
+    columns: &[ColumnInfo],
+) -> Result<MessageTable, TableError> {
+    let fail = |problem: TableProblem| TableError {
+        table: qualify(schema, name),
+        problem,
+    };
+    // MySQL column names are case-insensitive; compare that way, keep the table's spelling.
+    let find = |wanted: &str| columns.iter().find(|c| same_name(&c.name, wanted));
+
+    let mut required = Vec::new();
+    for col in ["id", "time_next", "epoch", "time_acked"] {
+        required.push(find(col).ok_or_else(|| fail(TableProblem::MissingColumn(col)))?);
+    }
+    let id = required[0];
+    // Times are nanoseconds and need 64 bits; epoch is incremented on every send, and a narrower column
+    // would fail the claim once it overflows — the contract asks for bigint.
+    for col in &required[1..] {
+        if col.data_type != "bigint" {
+            return Err(fail(TableProblem::NotBigint {
+                column: col.name.clone(),
+                data_type: col.data_type.clone(),
+            }));
+        }
+    }
+    let priority = find("priority");
+    if let Some(p) = priority {
+        if !INTEGER_TYPES.contains(&p.data_type.as_str()) {
+            return Err(fail(TableProblem::NotInteger {
+                column: p.name.clone(),
+                data_type: p.data_type.clone(),
+            }));
+        }
+    }
+
+    let pk: Vec<&str> = columns
+        .iter()
+        .filter(|c| c.in_primary_key)
+        .map(|c| c.name.as_str())
+        .collect();
+    match pk.as_slice() {
+        [] => return Err(fail(TableProblem::NoPrimaryKey)),
+        [only] if same_name(only, "id") => {}
+        _ => return Err(fail(TableProblem::PrimaryKey(pk.join(", ")))),
+    }
+
+    let id_kind =
+        id_kind(id).map_err(|why| fail(TableProblem::UnsupportedId(id.data_type.clone(), why)))?;
+
+    let stream_columns = match &options.message_cols {
+        None => std::iter::once(id)
+            .chain(
+                columns
+                    .iter()
+                    .filter(|c| !SPECIAL.iter().any(|s| same_name(&c.name, s))),
+            )
+            .map(|c| c.name.clone())
+            .collect(),
+        Some(wanted) => {
+            // Any existing column may be streamed (as in Vitess), as long as the list starts with id.
+            let mut cols = Vec::with_capacity(wanted.len());
+            for w in wanted {
+                let col =
+                    find(w).ok_or_else(|| fail(TableProblem::NoSuchStreamColumn(w.clone())))?;
+                cols.push(col.name.clone());
+            }
+            if !cols.first().is_some_and(|c| same_name(c, "id")) {
+                return Err(fail(TableProblem::StreamColumnsStart));
+            }
+            cols
+        }
+    };
+
+    Ok(MessageTable {
+        schema: schema.to_string(),
+        name: name.to_string(),
+        options,
+        stream_columns,
+        has_priority: priority.is_some(),
+        id_kind,
+    })
+}
+
+/// How the id column maps to a key, or why it cannot be used.
+///
+/// Types without a character set that are not numbers or binary strings (`date`, `datetime`, `timestamp`,
+/// `time`, and any type this list does not know) are keyed as text in `utf8mb4`: `HEX()` of such a value is the
+/// hex of its text form, which is ASCII, and comparing the text literal with the column converts it back to the
+/// column's type. (A `timestamp` id's text form follows the session time zone; the engine's connections share
+/// one.) `uuid`, `inet4` and `inet6` are the exception: `HEX()` gives their binary form, and `X'…'` compares
+/// with them as that binary form — checked on MariaDB 10.11.
+fn id_kind(id: &ColumnInfo) -> Result<IdKind, &'static str> {
+    let ty = id.data_type.as_str();
+    if INTEGER_TYPES.contains(&ty) || matches!(ty, "decimal" | "numeric" | "dec" | "fixed" | "year")
+    {
+        return Ok(IdKind::Numeric);
+    }
+    match ty {
+        // Their text form does not always read back as the stored value, so a claim or ack could miss the row.
+        "float" | "double" | "real" | "double precision" => {
+            return Err("an approximate number cannot be matched exactly; use an integer type");
+        }
+        // HEX() of a bit value drops leading zero bytes, and X'…' then no longer equals the column.
+        "bit" => return Err("use an integer or binary type"),
+        "binary" | "varbinary" | "tinyblob" | "blob" | "mediumblob" | "longblob" | "uuid"
+        | "inet4" | "inet6" => {
+            return Ok(IdKind::Binary);
+        }
+        _ => {}
+    }
+    match &id.charset {
+        // `varchar(n) character set binary` is a varbinary in disguise.
+        Some(cs) if cs.eq_ignore_ascii_case("binary") => Ok(IdKind::Binary),
+        Some(cs) => Ok(IdKind::Text {
+            charset: cs.clone(),
+        }),
+        None => Ok(IdKind::Text {
+            charset: "utf8mb4".to_string(),
+        }),
+    }
+}
+
+fn same_name(a: &str, b: &str) -> bool {
+    // MySQL folds column names with Unicode-aware lowercase rules; ASCII folding alone would miss `É` vs `é`.
+    a == b || a.to_lowercase() == b.to_lowercase()
+}
+
+fn qualify(schema: &str, name: &str) -> String {
+    format!("{}.{}", quote_ident(schema), quote_ident(name))
+}
+
+/// An identifier in backticks, embedded backticks doubled: safe for any name, including spaces, unicode and
+/// reserved words.
+pub fn quote_ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+impl MessageTable {
+    /// `` `schema`.`name` ``.
+    pub fn qualified(&self) -> String {
+        qualify(&self.schema, &self.name)
+    }
+
+    /// The id column as the table spells it.
+    pub fn id_column(&self) -> &str {
+        // validate() puts id first; fall back to the canonical name rather than panic.
+        self.stream_columns.first().map_or("id", String::as_str)
+    }
+
+    /// The SQL expression that yields the key of a row's id, independent of the connection's character set:
+    /// `` `id` `` for numeric ids, `` HEX(`id`) `` otherwise.
+    pub fn key_sql(&self) -> String {
+        let id = quote_ident(self.id_column());
+        match self.id_kind {
+            IdKind::Numeric => id,
+            IdKind::Text { .. } | IdKind::Binary => format!("HEX({id})"),
+        }
+    }
+
+    /// The SQL literal that matches the row whose key (from [`key_sql`](Self::key_sql)) is `key`, or `None` if
+    /// `key` is not a well-formed key for this table — so nothing that is not a key ever reaches the SQL text.
+    pub fn id_literal(&self, key: &[u8]) -> Option<String> {
+        match &self.id_kind {
+            IdKind::Numeric => {
+                is_plain_number(key).then(|| String::from_utf8_lossy(key).into_owned())
+            }
+            IdKind::Binary => is_hex(key).then(|| format!("X'{}'", String::from_utf8_lossy(key))),
+            IdKind::Text { charset } => {
+                let charset_ok = !charset.is_empty()
+                    && charset
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                (charset_ok && is_hex(key))
+                    .then(|| format!("_{charset} X'{}'", String::from_utf8_lossy(key)))
+            }
+        }
+    }
+
+    /// The stream columns, quoted and joined by `", "`, for a `SELECT`.
+    pub fn select_list(&self) -> String {
+        self.stream_columns
+            .iter()
+            .map(|c| quote_ident(c))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// An optional `-`, digits, at most one `.`, at least one digit, nothing else (no spaces, no exponent).
+fn is_plain_number(key: &[u8]) -> bool {
+    let digits = key.strip_prefix(b"-").unwrap_or(key);
+    let mut seen_digit = false;
+    let mut seen_dot = false;
+    for &b in digits {
+        match b {
+            b'0'..=b'9' => seen_digit = true,
+            b'.' if !seen_dot => seen_dot = true,
+            _ => return false,
+        }
+    }
+    seen_digit
+}
+
+/// Hex digits in pairs (what `HEX()` yields); empty is the empty string.
+fn is_hex(key: &[u8]) -> bool {
+    key.len().is_multiple_of(2) && key.iter().all(u8::is_ascii_hexdigit)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn col(name: &str, data_type: &str) -> ColumnInfo {
+        ColumnInfo {
+            name: name.to_string(),
+            data_type: data_type.to_string(),
+            charset: matches!(data_type, "varchar" | "char" | "text" | "longtext" | "enum")
+                .then(|| "utf8mb4".to_string()),
+            in_primary_key: false,
+        }
+    }
+
+    fn pk(mut c: ColumnInfo) -> ColumnInfo {
+        c.in_primary_key = true;
+        c
+    }
+
+    fn with_charset(mut c: ColumnInfo, cs: &str) -> ColumnInfo {
+        c.charset = Some(cs.to_string());
+        c
+    }
+
+    fn opts() -> MessageOptions {
+        MessageOptions {
+            ack_wait: Duration::from_secs(30),
+            purge_after: Duration::from_secs(120),
+            batch_size: 1,
+            cache_size: 1000,
+            poller_interval: Duration::from_secs(30),
+            min_backoff: Duration::from_secs(30),
+            max_backoff: None,
+            message_cols: None,
+        }
+    }
+
+    fn cols_opts(cols: &str) -> MessageOptions {
+        MessageOptions {
+            message_cols: Some(cols.split('|').map(str::to_string).collect()),
+            ..opts()
+        }
+    }
+
+    /// The table from the Vitess simplification RFC.
+    fn rfc() -> Vec<ColumnInfo> {
+        vec![
+            pk(col("id", "bigint")),
+            col("time_next", "bigint"),
+            col("epoch", "bigint"),
+            col("time_acked", "bigint"),
+            col("message", "varchar"),
+        ]
+    }
+
+    /// The current Vitess layout.
+    fn vitess() -> Vec<ColumnInfo> {
+        vec![
+            pk(col("id", "bigint")),
+            col("priority", "tinyint"),
+            col("epoch", "bigint"),
+            col("time_next", "bigint"),
+            col("time_created", "bigint"),
+            col("time_scheduled", "bigint"),
+            col("time_acked", "bigint"),
+            col("message", "json"),
+            col("extra", "int"),
+        ]
+    }
+
+    fn err(columns: &[ColumnInfo], options: MessageOptions) -> String {
+        match validate("test", "m", options, columns) {
+            Err(e) => e.to_string(),
+            Ok(t) => panic!("should fail: {t:?}"),
+        }
+    }
+
+    #[test]
+    fn the_rfc_table() {
+        let t = validate("test", "vitess_message", opts(), &rfc()).expect("valid");
+        assert_eq!(t.stream_columns, ["id", "message"]);
+        assert!(!t.has_priority);
+        assert_eq!(t.id_kind, IdKind::Numeric);
+        assert_eq!(t.qualified(), "`test`.`vitess_message`");
+        assert_eq!(t.select_list(), "`id`, `message`");
+        assert_eq!(t.key_sql(), "`id`");
+        assert_eq!(t.options, opts());
+    }
+
+    #[test]
+    fn the_vitess_table() {
+        let t = validate("test", "m", opts(), &vitess()).expect("valid");
+        // time_created / time_scheduled / priority are not user columns.
+        assert_eq!(t.stream_columns, ["id", "message", "extra"]);
+        assert!(t.has_priority);
+    }
+
+    #[test]
+    fn from_comment_combines_both_steps() {
+        let comment =
+            "vitess_message,vt_ack_wait=30,vt_purge_after=120,vt_batch_size=1,vt_cache_size=1000,\
+                       vt_poller_interval=30";
+        let t = from_comment("test", "m", comment, &rfc())
+            .expect("valid")
+            .expect("message table");
+        assert_eq!(t.options, opts());
+        assert_eq!(from_comment("test", "m", "just a table", &[]), Ok(None));
+        let e = from_comment("test", "m", "vitess_message,vt_ack_wait=30", &rfc()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "message table `test`.`m`: missing required option vt_purge_after"
+        );
+        assert!(matches!(
+            e.problem,
+            TableProblem::Options(OptionsError::Missing(_))
+        ));
+    }
+
+    #[test]
+    fn missing_required_columns() {
+        for missing in ["id", "time_next", "epoch", "time_acked"] {
+            let mut cols: Vec<ColumnInfo> =
+                rfc().into_iter().filter(|c| c.name != missing).collect();
+            if missing == "id" {
+                cols.push(pk(col("other", "bigint")));
+            }
+            assert_eq!(
+                err(&cols, opts()),
+                format!("message table `test`.`m`: missing required column {missing}")
+            );
+        }
+    }
+
+    #[test]
+    fn required_columns_must_be_bigint() {
+        for (name, ty) in [
+            ("epoch", "varchar"),
+            ("time_next", "int"),
+            ("time_acked", "datetime"),
+        ] {
+            let cols: Vec<ColumnInfo> = rfc()
+                .into_iter()
+                .map(|c| if c.name == name { col(name, ty) } else { c })
+                .collect();
+            assert_eq!(
+                err(&cols, opts()),
+                format!("message table `test`.`m`: column {name} must be an integer type (bigint), not {ty}")
+            );
+        }
+    }
+
+    #[test]
+    fn priority_may_be_any_integer() {
+        for ty in INTEGER_TYPES {
+            let mut cols = rfc();
+            cols.push(col("priority", ty));
+            assert!(
+                validate("s", "t", opts(), &cols)
+                    .expect("valid")
+                    .has_priority
+            );
+        }
+        let mut cols = rfc();
+        cols.push(col("Priority", "varchar"));
+        assert_eq!(
+            err(&cols, opts()),
+            "message table `test`.`m`: column Priority must be an integer type, not varchar"
+        );
+    }
+
+    #[test]
+    fn primary_key_must_be_exactly_id() {
+        let mut cols = rfc();
+        cols[0].in_primary_key = false;
+        assert_eq!(
+            err(&cols, opts()),
+            "message table `test`.`m`: the primary key must be exactly (id), but the table has none"
+        );
+        let mut cols = rfc();
+        cols[4].in_primary_key = true;
+        assert_eq!(
+            err(&cols, opts()),
+            "message table `test`.`m`: the primary key must be exactly (id), not (id, message)"
+        );
+        let mut cols = rfc();
+        cols[0].in_primary_key = false;
+        cols[1].in_primary_key = true;
+        assert_eq!(
+            err(&cols, opts()),
+            "message table `test`.`m`: the primary key must be exactly (id), not (time_next)"
+        );
+    }
+
+    #[test]
+    fn names_are_case_insensitive_but_spelling_is_kept() {
+        let cols = vec![
+            pk(col("ID", "bigint")),
+            col("Time_Next", "bigint"),
+            col("EPOCH", "bigint"),
+            col("time_ACKED", "bigint"),
+            col("Time_Created", "bigint"),
+            col("Payload", "text"),
+            col("Ünïcode", "text"),
+        ];
+        let t = validate("test", "m", opts(), &cols).expect("valid");
+        assert_eq!(t.stream_columns, ["ID", "Payload", "Ünïcode"]);
+        assert_eq!(t.key_sql(), "`ID`");
+        assert_eq!(t.id_column(), "ID");
+        let t = validate("test", "m", cols_opts("id|payload|üNÏCODE"), &cols).expect("valid");
+        assert_eq!(t.stream_columns, ["ID", "Payload", "Ünïcode"]);
+    }
+
+    #[test]
+    fn message_cols_choose_the_stream() {
+        let t = validate("test", "m", cols_opts("id"), &vitess()).expect("valid");
+        assert_eq!(t.stream_columns, ["id"]);
+        // Any existing column may be streamed, special ones included, in the order given.
+        let t = validate(
+            "test",
+            "m",
+            cols_opts("id|extra|time_created|priority|message"),
+            &vitess(),
+        )
+        .expect("valid");
+        assert_eq!(
+            t.stream_columns,
+            ["id", "extra", "time_created", "priority", "message"]
+        );
+        assert_eq!(
+            t.select_list(),
+            "`id`, `extra`, `time_created`, `priority`, `message`"
+        );
+        assert_eq!(
+            err(&vitess(), cols_opts("id|foo")),
+            "message table `test`.`m`: vt_message_cols names a column that does not exist: foo"
+        );
+        // The options parser already refuses this; the table check does not rely on it.
+        assert_eq!(
+            err(&vitess(), cols_opts("message|id")),
+            "message table `test`.`m`: vt_message_cols must start with id"
+        );
+    }
+
+    #[test]
+    fn id_kinds() {
+        let kind = |c: ColumnInfo| id_kind(&c);
+        for ty in ["tinyint", "int", "bigint", "decimal", "year"] {
+            assert_eq!(kind(col("id", ty)), Ok(IdKind::Numeric), "{ty}");
+        }
+        for ty in [
+            "binary",
+            "varbinary",
+            "blob",
+            "longblob",
+            "uuid",
+            "inet6",
+            "inet4",
+        ] {
+            assert_eq!(kind(col("id", ty)), Ok(IdKind::Binary), "{ty}");
+        }
+        assert_eq!(
+            kind(with_charset(col("id", "varchar"), "latin1")),
+            Ok(IdKind::Text {
+                charset: "latin1".to_string()
+            })
+        );
+        assert_eq!(
+            kind(with_charset(col("id", "varchar"), "binary")),
+            Ok(IdKind::Binary)
+        );
+        for ty in ["date", "datetime", "timestamp", "time", "something_new"] {
+            assert_eq!(
+                kind(col("id", ty)),
+                Ok(IdKind::Text {
+                    charset: "utf8mb4".to_string()
+                }),
+                "{ty}"
+            );
+        }
+        for ty in ["float", "double", "bit"] {
+            assert!(kind(col("id", ty)).is_err(), "{ty}");
+        }
+        let mut cols = rfc();
+        cols[0] = pk(col("id", "double"));
+        assert_eq!(
+            err(&cols, opts()),
+            "message table `test`.`m`: an id of type double is not supported: an approximate number \
+             cannot be matched exactly; use an integer type"
+        );
+    }
+
+    fn table_with_id(id: ColumnInfo) -> MessageTable {
+        let mut cols = rfc();
+        cols[0] = pk(id);
+        validate("test", "m", opts(), &cols).expect("valid")
+    }
+
+    #[test]
+    fn numeric_keys() {
+        let t = table_with_id(col("id", "bigint"));
+        assert_eq!(t.key_sql(), "`id`");
+        for good in [
+            "0",
+            "42",
+            "-7",
+            "18446744073709551615",
+            "12.50",
+            "-0.5",
+            "1.",
+            ".5",
+        ] {
+            assert_eq!(
+                t.id_literal(good.as_bytes()).as_deref(),
+                Some(good),
+                "{good}"
+            );
+        }
+        for bad in [
+            "",
+            "-",
+            ".",
+            "-.",
+            "1.2.3",
+            "--1",
+            "+1",
+            "1e5",
+            " 1",
+            "1 ",
+            "1;drop table m",
+            "0x1F",
+            "1-2",
+            "١",
+        ] {
+            assert_eq!(t.id_literal(bad.as_bytes()), None, "{bad:?}");
+        }
+        assert_eq!(t.id_literal(b"\xff"), None);
+    }
+
+    #[test]
+    fn binary_keys() {
+        let t = table_with_id(col("id", "varbinary"));
+        assert_eq!(t.key_sql(), "HEX(`id`)");
+        assert_eq!(t.id_literal(b"00FF").as_deref(), Some("X'00FF'"));
+        assert_eq!(t.id_literal(b"abCD").as_deref(), Some("X'abCD'"));
+        assert_eq!(t.id_literal(b"").as_deref(), Some("X''"));
+        for bad in ["0", "0G", "00 ", "'", "00'; drop table m; --"] {
+            assert_eq!(t.id_literal(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn text_keys() {
+        let t = table_with_id(with_charset(col("id", "varchar"), "latin1"));
+        assert_eq!(t.key_sql(), "HEX(`id`)");
+        assert_eq!(
+            t.id_literal(b"68E96C6C6F").as_deref(),
+            Some("_latin1 X'68E96C6C6F'")
+        );
+        assert_eq!(t.id_literal(b"").as_deref(), Some("_latin1 X''"));
+        assert_eq!(t.id_literal(b"6"), None);
+        assert_eq!(t.id_literal(b"zz"), None);
+
+        let t = table_with_id(col("id", "date"));
+        assert_eq!(
+            t.id_literal(b"323032342D30312D3032").as_deref(),
+            Some("_utf8mb4 X'323032342D30312D3032'")
+        );
+
+        // A charset name that could inject SQL is refused even though the key is fine.
+        let mut t = table_with_id(col("id", "varchar"));
+        for bad in ["", "utf8mb4 X'00' OR 1=1 -- ", "a-b", "ü"] {
+            t.id_kind = IdKind::Text {
+                charset: bad.to_string(),
+            };
+            assert_eq!(t.id_literal(b"61"), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote_ident("id"), "`id`");
+        assert_eq!(quote_ident("my table"), "`my table`");
+        assert_eq!(quote_ident("sélect"), "`sélect`");
+        assert_eq!(quote_ident("order"), "`order`");
+        assert_eq!(quote_ident("a`b"), "`a``b`");
+        assert_eq!(quote_ident("``"), "``````");
+        let mut cols = rfc();
+        cols.push(col("we`ird col", "int"));
+        let t = validate("my db", "m`q", opts(), &cols).expect("valid");
+        assert_eq!(t.qualified(), "`my db`.`m``q`");
+        assert_eq!(t.select_list(), "`id`, `message`, `we``ird col`");
+        let e = err(&[], opts());
+        assert_eq!(e, "message table `test`.`m`: missing required column id");
+    }
+}

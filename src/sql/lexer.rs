@@ -1,0 +1,578 @@
+//! A small MariaDB-compatible lexer over raw statement bytes, for the statements the proxy parses itself.
+//!
+//! It is hand-written rather than sqlparser's tokenizer because the virtual statements must fail exactly
+//! where, and with the line number, MariaDB's own lexer would, and because the classifier uses it on every
+//! `SET` statement where nothing may be allocated. sqlparser's tokenizer wants a `&str` (the statement is
+//! bytes, possibly not UTF-8), reports positions as line/column in characters, counts the newlines inside
+//! string literals (MariaDB does not), treats executable comments (`/*! ... */`) as comments (MariaDB runs
+//! them as code), reads `0b101` as a word, and allocates a `String` per token.
+//!
+//! What it copies from MariaDB (`sql_lex.cc`, default `sql_mode`):
+//! - whitespace is space, tab, LF, VT, FF, CR; comments are `/* */` (not nested), `# ...` and `-- ...`, where
+//!   `--` starts a comment only before whitespace, a control character or the end;
+//! - `/*!`, `/*!NNNNN`, `/*M!` and `/*M!NNNNNN` open an executable comment whose content is code (the version
+//!   is not compared with the backend's, as in the classifier); its `*/` is skipped;
+//! - strings are `'...'` or `"..."` with doubled quotes and backslash escapes (`NO_BACKSLASH_ESCAPES` and
+//!   `ANSI_QUOTES` are not modelled); identifiers are runs of letters, digits, `_`, `$` and any byte
+//!   `>= 0x80`, or backtick-quoted with doubled backticks;
+//! - a word directly followed by `.` and an identifier byte is a qualifier, and the word after that dot is
+//!   an identifier even when it is a keyword or all digits (`mydb.select`, `mydb.123`);
+//! - the line of a token is 1 plus the newlines in the whitespace and comments before it: newlines inside
+//!   quoted strings and identifiers are not counted, and neither are the ones in leading whitespace, which
+//!   the server strips before it lexes (see [`trim_statement`]).
+
+/// The kinds of token the parsers tell apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TokenKind {
+    /// An unquoted identifier or keyword: `stream`, `t1`, `1abc`, `café` (may hold invalid UTF-8).
+    Word,
+    /// A backtick-quoted identifier, backticks included.
+    QuotedIdent,
+    /// A string literal, quotes included: `'a''b'`, `"x"`, `N'x'`.
+    String,
+    /// An unsigned number: `1`, `1.5`, `1.`, `.5`, `1e3`, `1.5E-3`.
+    Number,
+    /// A hexadecimal literal: `0x1F`, `X'1f'`.
+    Hex,
+    /// A bit literal: `0b101`, `b'101'`.
+    Bit,
+    /// `@@`, which starts a system variable.
+    AtAt,
+    /// `:=`.
+    ColonEq,
+    /// Any other single byte: `*`, `.`, `,`, `;`, `=`, `-`, a control byte, ...
+    Punct(u8),
+    /// What the lexer cannot read: an unterminated string, quoted identifier or comment (the token starts
+    /// where it opens), a malformed `X'..'` / `B'..'`, or an executable comment that is never closed (the
+    /// token is then at the end). No grammar accepts it, so it always becomes the syntax error.
+    Invalid,
+    /// The end of the statement.
+    Eof,
+}
+
+/// One token: its kind and where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Token {
+    pub kind: TokenKind,
+    /// Byte offsets of the token in the statement the lexer was given.
+    pub start: usize,
+    pub end: usize,
+    /// The line the server would report for an error at this token (1-based).
+    pub line: u32,
+    /// A [`TokenKind::Word`] lexed right after `qualifier.`: an identifier whatever it spells.
+    pub after_dot: bool,
+}
+
+/// The part of a statement MariaDB lexes: `alloc_query()` drops leading whitespace, and trailing whitespace
+/// and `;` (so `STREAM * FROM t ; ;` is one statement, and leading newlines do not count as lines).
+pub(super) fn trim_statement(sql: &[u8]) -> &[u8] {
+    let start = sql.iter().position(|&b| !is_space(b)).unwrap_or(sql.len());
+    let rest = sql.get(start..).unwrap_or_default();
+    let end = rest
+        .iter()
+        .rposition(|&b| !is_space(b) && b != b';')
+        .map_or(0, |i| i + 1);
+    rest.get(..end).unwrap_or_default()
+}
+
+/// Whitespace as MariaDB's lexer sees it: space, tab, LF, VT, FF, CR.
+pub(super) fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+/// Bytes of an unquoted identifier: ASCII letters, digits, `_`, `$`, and any non-ASCII byte.
+pub(super) fn is_identifier_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+}
+
+/// Turns a statement into tokens, one [`Lexer::next_token`] at a time. Never allocates, never panics; after
+/// the end it keeps returning [`TokenKind::Eof`] (or [`TokenKind::Invalid`] for an open executable comment).
+#[derive(Debug, Clone)]
+pub(super) struct Lexer<'a> {
+    sql: &'a [u8],
+    pos: usize,
+    line: u32,
+    /// Inside `/*! ... */`: its `*/` closes it instead of being two tokens.
+    in_executable: bool,
+    /// The last token was an identifier directly followed by `.` and an identifier byte.
+    qualifier: bool,
+    /// The last token was that `.`: the next word is an identifier whatever it spells.
+    after_dot: bool,
+}
+
+impl<'a> Lexer<'a> {
+    /// A lexer over `sql`, which should already be [`trim_statement`]ed for MariaDB's line numbers.
+    pub fn new(sql: &'a [u8]) -> Self {
+        Lexer {
+            sql,
+            pos: 0,
+            line: 1,
+            in_executable: false,
+            qualifier: false,
+            after_dot: false,
+        }
+    }
+
+    /// The next token.
+    pub fn next_token(&mut self) -> Token {
+        let after_dot = std::mem::take(&mut self.after_dot);
+        let qualifier = std::mem::take(&mut self.qualifier);
+        if let Some(invalid) = self.skip_trivia() {
+            return invalid;
+        }
+        let start = self.pos;
+        let line = self.line;
+        let token = |kind, end| Token {
+            kind,
+            start,
+            end,
+            line,
+            after_dot: false,
+        };
+        let rest = self.rest();
+        let Some(&first) = rest.first() else {
+            let kind = if self.in_executable {
+                TokenKind::Invalid
+            } else {
+                TokenKind::Eof
+            };
+            return token(kind, start);
+        };
+        let second = rest.get(1).copied();
+        let (kind, end) = match (first, second) {
+            (b, _) if after_dot && is_identifier_byte(b) => {
+                let end = self.identifier_end(start);
+                self.pos = end;
+                self.qualifier = self.sql.get(end) == Some(&b'.')
+                    && self
+                        .sql
+                        .get(end + 1)
+                        .is_some_and(|&b| is_identifier_byte(b));
+                return Token {
+                    after_dot: true,
+                    ..token(TokenKind::Word, end)
+                };
+            }
+            (b'`', _) => self.quoted(TokenKind::QuotedIdent, start, b'`', false),
+            (b'\'' | b'"', _) => self.quoted(TokenKind::String, start, first, true),
+            (b'n' | b'N', Some(b'\'')) => self.quoted(TokenKind::String, start + 1, b'\'', true),
+            (b'x' | b'X', Some(b'\'')) => self.quoted_digits(start, TokenKind::Hex),
+            (b'b' | b'B', Some(b'\'')) => self.quoted_digits(start, TokenKind::Bit),
+            (b'0'..=b'9', _) => self.number(start),
+            (b'.', Some(b'0'..=b'9')) if !qualifier => {
+                (TokenKind::Number, self.fraction_end(start))
+            }
+            (b, _) if is_identifier_byte(b) => (TokenKind::Word, self.identifier_end(start)),
+            (b'@', Some(b'@')) => (TokenKind::AtAt, start + 2),
+            (b':', Some(b'=')) => (TokenKind::ColonEq, start + 2),
+            (b'.', _) if qualifier => {
+                self.after_dot = true;
+                (TokenKind::Punct(b'.'), start + 1)
+            }
+            (b, _) => (TokenKind::Punct(b), start + 1),
+        };
+        self.pos = end;
+        if matches!(kind, TokenKind::Word | TokenKind::QuotedIdent) {
+            self.qualifier = self.sql.get(end) == Some(&b'.')
+                && self
+                    .sql
+                    .get(end + 1)
+                    .is_some_and(|&b| is_identifier_byte(b));
+        }
+        token(kind, end)
+    }
+
+    fn rest(&self) -> &'a [u8] {
+        self.sql.get(self.pos..).unwrap_or_default()
+    }
+
+    /// Skips whitespace and comments, counting lines. An unterminated `/* ...` is returned as the token.
+    fn skip_trivia(&mut self) -> Option<Token> {
+        loop {
+            let rest = self.rest();
+            match rest {
+                [b'\n', ..] => {
+                    self.line = self.line.saturating_add(1);
+                    self.pos += 1;
+                }
+                [b, ..] if is_space(*b) => self.pos += 1,
+                [b'/', b'*', b'!', ..] if !self.in_executable => {
+                    self.in_executable = true;
+                    self.pos = self.digits_end(self.pos + 3);
+                }
+                [b'/', b'*', b'M', b'!', ..] if !self.in_executable => {
+                    self.in_executable = true;
+                    self.pos = self.digits_end(self.pos + 4);
+                }
+                [b'/', b'*', body @ ..] => {
+                    let Some(len) = body.windows(2).position(|w| w == b"*/") else {
+                        return Some(Token {
+                            kind: TokenKind::Invalid,
+                            start: self.pos,
+                            end: self.sql.len(),
+                            line: self.line,
+                            after_dot: false,
+                        });
+                    };
+                    self.count_lines(body.get(..len).unwrap_or_default());
+                    self.pos += 2 + len + 2;
+                }
+                [b'*', b'/', ..] if self.in_executable => {
+                    self.in_executable = false;
+                    self.pos += 2;
+                }
+                [b'-', b'-', after @ ..]
+                    if after
+                        .first()
+                        .is_none_or(|&b| is_space(b) || b.is_ascii_control()) =>
+                {
+                    self.pos = self.line_end(self.pos + 2);
+                }
+                [b'#', ..] => self.pos = self.line_end(self.pos + 1),
+                _ => return None,
+            }
+        }
+    }
+
+    fn count_lines(&mut self, text: &[u8]) {
+        let newlines = text.iter().filter(|&&b| b == b'\n').count();
+        self.line = self
+            .line
+            .saturating_add(u32::try_from(newlines).unwrap_or(u32::MAX));
+    }
+
+    /// The offset of the newline that ends a line comment (the newline is whitespace and counted there).
+    fn line_end(&self, from: usize) -> usize {
+        let rest = self.sql.get(from..).unwrap_or_default();
+        rest.iter()
+            .position(|&b| b == b'\n')
+            .map_or(self.sql.len(), |i| from + i)
+    }
+
+    fn digits_end(&self, from: usize) -> usize {
+        let rest = self.sql.get(from..).unwrap_or_default();
+        from + rest.iter().take_while(|b| b.is_ascii_digit()).count()
+    }
+
+    fn identifier_end(&self, from: usize) -> usize {
+        let rest = self.sql.get(from..).unwrap_or_default();
+        from + rest.iter().take_while(|&&b| is_identifier_byte(b)).count()
+    }
+
+    /// A quoted token of `kind` whose opening `quote` is at `open`; [`TokenKind::Invalid`] up to the end
+    /// of the statement when it is never closed (nothing after it is read).
+    fn quoted(
+        &self,
+        kind: TokenKind,
+        open: usize,
+        quote: u8,
+        backslash: bool,
+    ) -> (TokenKind, usize) {
+        match self.quoted_end(open, quote, backslash) {
+            Some(end) => (kind, end),
+            None => (TokenKind::Invalid, self.sql.len()),
+        }
+    }
+
+    /// The end of a quoted token whose opening `quote` is at `open`, if it is closed. A doubled quote
+    /// stands for one; with `backslash`, `\` escapes the next byte.
+    fn quoted_end(&self, open: usize, quote: u8, backslash: bool) -> Option<usize> {
+        let body = self.sql.get(open + 1..).unwrap_or_default();
+        let mut i = 0;
+        while let Some(&b) = body.get(i) {
+            if backslash && b == b'\\' {
+                i += 2;
+            } else if b == quote {
+                if body.get(i + 1) == Some(&quote) {
+                    i += 2;
+                } else {
+                    return Some(open + 1 + i + 1);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        None
+    }
+
+    /// `X'..'` (an even number of hex digits) or `B'..'` (binary digits); anything else in the quotes is
+    /// [`TokenKind::Invalid`], as it is to the server.
+    fn quoted_digits(&self, start: usize, kind: TokenKind) -> (TokenKind, usize) {
+        let body = self.sql.get(start + 2..).unwrap_or_default();
+        let Some(len) = body.iter().position(|&b| b == b'\'') else {
+            return (TokenKind::Invalid, self.sql.len());
+        };
+        let digits = body.get(..len).unwrap_or_default();
+        let valid = match kind {
+            TokenKind::Hex => digits.len() % 2 == 0 && digits.iter().all(u8::is_ascii_hexdigit),
+            _ => digits.iter().all(|&b| b == b'0' || b == b'1'),
+        };
+        let end = start + 2 + len + 1;
+        (if valid { kind } else { TokenKind::Invalid }, end)
+    }
+
+    /// A token starting with a digit: a number, `0x..`, `0b..`, or an identifier such as `1abc` or `0x1g`.
+    fn number(&self, start: usize) -> (TokenKind, usize) {
+        let word_end = self.identifier_end(start);
+        let word = self.sql.get(start..word_end).unwrap_or_default();
+        // Only a lower-case prefix makes a literal: `0X1F` is an identifier to MariaDB.
+        for (prefix, kind, digit) in [
+            (
+                b"0x",
+                TokenKind::Hex,
+                u8::is_ascii_hexdigit as fn(&u8) -> bool,
+            ),
+            (b"0b", TokenKind::Bit, |b: &u8| *b == b'0' || *b == b'1'),
+        ] {
+            if let Some(digits) = word.strip_prefix(prefix) {
+                if !digits.is_empty() && digits.iter().all(digit) {
+                    return (kind, word_end);
+                }
+            }
+        }
+        let digits_end = self.digits_end(start);
+        if let Some(end) = self.exponent_end(digits_end) {
+            return (TokenKind::Number, end);
+        }
+        if digits_end < word_end {
+            return (TokenKind::Word, word_end);
+        }
+        if self.sql.get(digits_end) == Some(&b'.') {
+            return (TokenKind::Number, self.fraction_end(digits_end));
+        }
+        (TokenKind::Number, digits_end)
+    }
+
+    /// The end of `.digits` with an optional exponent; `dot` is the offset of the `.`.
+    fn fraction_end(&self, dot: usize) -> usize {
+        let digits_end = self.digits_end(dot + 1);
+        self.exponent_end(digits_end).unwrap_or(digits_end)
+    }
+
+    /// The end of an exponent `e[+-]digits` starting at `at`, if there is one.
+    fn exponent_end(&self, at: usize) -> Option<usize> {
+        let rest = self.sql.get(at..).unwrap_or_default();
+        let sign = match rest {
+            [b'e' | b'E', b'+' | b'-', d, ..] if d.is_ascii_digit() => 2,
+            [b'e' | b'E', d, ..] if d.is_ascii_digit() => 1,
+            _ => return None,
+        };
+        Some(self.digits_end(at + sign))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tokens of `sql` (up to the end) as (kind, text, line).
+    fn lex(sql: &str) -> Vec<(TokenKind, &str, u32)> {
+        let mut lexer = Lexer::new(sql.as_bytes());
+        let mut out = Vec::new();
+        loop {
+            let t = lexer.next_token();
+            if t.kind == TokenKind::Eof {
+                return out;
+            }
+            out.push((t.kind, &sql[t.start..t.end], t.line));
+            if t.kind == TokenKind::Invalid {
+                return out;
+            }
+        }
+    }
+
+    fn kinds(sql: &str) -> Vec<(TokenKind, &str)> {
+        lex(sql).into_iter().map(|(k, s, _)| (k, s)).collect()
+    }
+
+    use TokenKind::*;
+
+    #[test]
+    fn trims_like_alloc_query() {
+        assert_eq!(trim_statement(b"  \n\tACK t 1 ;; \n;"), b"ACK t 1");
+        assert_eq!(trim_statement(b"ACK t 1; -- c"), b"ACK t 1; -- c");
+        assert_eq!(trim_statement(b" ; ;"), b"");
+        assert_eq!(trim_statement(b""), b"");
+        assert_eq!(trim_statement(b"/* c */ x"), b"/* c */ x");
+    }
+
+    #[test]
+    fn words_numbers_and_literals() {
+        assert_eq!(
+            kinds("STREAM * FROM mydb.t"),
+            [
+                (Word, "STREAM"),
+                (Punct(b'*'), "*"),
+                (Word, "FROM"),
+                (Word, "mydb"),
+                (Punct(b'.'), "."),
+                (Word, "t")
+            ]
+        );
+        assert_eq!(
+            kinds("1 1.5 1. .5 1e3 1.5E-3 2e+1 0x1F 0b101 X'1f' x'' b'01' B'' 'a' \"b\" N'c'"),
+            [
+                (Number, "1"),
+                (Number, "1.5"),
+                (Number, "1."),
+                (Number, ".5"),
+                (Number, "1e3"),
+                (Number, "1.5E-3"),
+                (Number, "2e+1"),
+                (Hex, "0x1F"),
+                (Bit, "0b101"),
+                (Hex, "X'1f'"),
+                (Hex, "x''"),
+                (Bit, "b'01'"),
+                (Bit, "B''"),
+                (String, "'a'"),
+                (String, "\"b\""),
+                (String, "N'c'"),
+            ]
+        );
+        // Identifiers that start with digits, and what MariaDB splits.
+        assert_eq!(
+            kinds("1abc 0x1g 0X1F 0b2 0x 1e 1e5x 1.5abc"),
+            [
+                (Word, "1abc"),
+                (Word, "0x1g"),
+                (Word, "0X1F"),
+                (Word, "0b2"),
+                (Word, "0x"),
+                (Word, "1e"),
+                (Number, "1e5"),
+                (Word, "x"),
+                (Number, "1.5"),
+                (Word, "abc"),
+            ]
+        );
+        assert_eq!(
+            kinds("@@session.workload := @x"),
+            [
+                (AtAt, "@@"),
+                (Word, "session"),
+                (Punct(b'.'), "."),
+                (Word, "workload"),
+                (ColonEq, ":="),
+                (Punct(b'@'), "@"),
+                (Word, "x"),
+            ]
+        );
+        assert_eq!(kinds("café $x_1"), [(Word, "café"), (Word, "$x_1")]);
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(
+            kinds(r#"'a''b' 'c\'d' "e""f" "g\"h" `i``j` 'k\\'"#),
+            [
+                (String, "'a''b'"),
+                (String, r"'c\'d'"),
+                (String, r#""e""f""#),
+                (String, r#""g\"h""#),
+                (QuotedIdent, "`i``j`"),
+                (String, r"'k\\'"),
+            ]
+        );
+        // A backslash does not escape inside backticks.
+        assert_eq!(kinds(r"`a\` x"), [(QuotedIdent, r"`a\`"), (Word, "x")]);
+        assert_eq!(kinds("x 'open"), [(Word, "x"), (Invalid, "'open")]);
+        assert_eq!(kinds(r"'a\'"), [(Invalid, r"'a\'")]);
+        assert_eq!(kinds("`open"), [(Invalid, "`open")]);
+        assert_eq!(kinds("X'1'"), [(Invalid, "X'1'")]);
+        assert_eq!(kinds("X'zz'"), [(Invalid, "X'zz'")]);
+        assert_eq!(kinds("b'12'"), [(Invalid, "b'12'")]);
+        assert_eq!(kinds("X'1f"), [(Invalid, "X'1f")]);
+    }
+
+    #[test]
+    fn qualified_names() {
+        // After `ident.`, a keyword or a number is an identifier.
+        let mut lexer = Lexer::new(b"mydb.123 db.select `q`.1e5 t . 5 t.`u`");
+        let words: Vec<_> = std::iter::from_fn(|| {
+            let t = lexer.next_token();
+            (t.kind != Eof).then_some(t)
+        })
+        .map(|t| (t.kind, t.after_dot))
+        .collect();
+        assert_eq!(
+            words,
+            [
+                (Word, false),
+                (Punct(b'.'), false),
+                (Word, true),
+                (Word, false),
+                (Punct(b'.'), false),
+                (Word, true),
+                (QuotedIdent, false),
+                (Punct(b'.'), false),
+                (Word, true),
+                (Word, false),
+                (Punct(b'.'), false),
+                (Number, false),
+                (Word, false),
+                (Punct(b'.'), false),
+                (QuotedIdent, false),
+            ]
+        );
+        // Without a qualifier, `.5` is a number.
+        assert_eq!(
+            kinds("1, .5"),
+            [(Number, "1"), (Punct(b','), ","), (Number, ".5")]
+        );
+    }
+
+    #[test]
+    fn comments_and_lines() {
+        assert_eq!(
+            lex("a /* x\n y */ b -- c\n#d\n\tc --x"),
+            [
+                (Word, "a", 1),
+                (Word, "b", 2),
+                (Word, "c", 4),
+                (Punct(b'-'), "-", 4),
+                (Punct(b'-'), "-", 4),
+                (Word, "x", 4),
+            ]
+        );
+        // Newlines inside quoted tokens do not count; `\r` alone is no newline.
+        assert_eq!(
+            lex("'a\nb' `c\nd` \"e\nf\"\r\ng\rh"),
+            [
+                (String, "'a\nb'", 1),
+                (QuotedIdent, "`c\nd`", 1),
+                (String, "\"e\nf\"", 1),
+                (Word, "g", 2),
+                (Word, "h", 2),
+            ]
+        );
+        assert_eq!(
+            lex("a\n/* open\n"),
+            [(Word, "a", 1), (Invalid, "/* open\n", 2)]
+        );
+        assert_eq!(lex("--"), []);
+        assert_eq!(lex("a --\tb\nc"), [(Word, "a", 1), (Word, "c", 2)]);
+    }
+
+    #[test]
+    fn executable_comments_are_code() {
+        assert_eq!(
+            kinds("/*!40101 SET x */ /*M!100101 y */ /*! /* c */ z */"),
+            [(Word, "SET"), (Word, "x"), (Word, "y"), (Word, "z")]
+        );
+        assert_eq!(kinds("/*!x"), [(Word, "x"), (Invalid, "")]);
+        // Outside an executable comment `*/` is two tokens.
+        assert_eq!(
+            kinds("a */"),
+            [(Word, "a"), (Punct(b'*'), "*"), (Punct(b'/'), "/")]
+        );
+    }
+
+    #[test]
+    fn eof_is_sticky() {
+        let mut lexer = Lexer::new(b"'open");
+        assert_eq!(lexer.next_token().kind, Invalid);
+        assert_eq!(lexer.next_token().kind, Eof);
+        assert_eq!(lexer.next_token().kind, Eof);
+    }
+}

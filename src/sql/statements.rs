@@ -1,0 +1,828 @@
+//! The statements the proxy answers itself, and their parser.
+//!
+//! Grammar (keywords in any case; whitespace and comments anywhere between tokens; one optional `;` at the
+//! end, after which only comments may follow):
+//!
+//! ```text
+//! STREAM * FROM table_ref
+//! ACK table_ref id [, id ...]
+//! SET [SESSION | LOCAL] workload {= | :=} value
+//! SET @@[session. | local.]workload {= | :=} value
+//!
+//! table_ref = ident | ident . ident
+//! ident     = unquoted identifier (not all digits, not a reserved word) | `backtick quoted`
+//! id        = [+|-] number | 'string' | "string" | N'string' | 0x.. | X'..' | 0b.. | b'..'
+//! value     = olap | oltp | dba | unspecified, bare or in quotes (the values Vitess accepts)
+//! ```
+//!
+//! Errors are reported as MariaDB reports its own syntax errors (1064, "... near '...' at line N"), with the
+//! offending token and line found the way its lexer finds them (see `lexer.rs`). The statement must be UTF-8
+//! where it matters: a name or id holding invalid UTF-8 is an error at its first invalid byte (comments may
+//! hold any bytes).
+//!
+//! Deliberate limits, all of them errors rather than guesses: several statements in one query (`ACK t 1;
+//! ACK t 2`; the first `;` ends the statement); charset introducers (`_utf8mb4'x'`); ids that are
+//! expressions, `NULL`, `TRUE` or `FALSE`; an empty quoted name.
+
+use super::lexer::{trim_statement, Lexer, Token, TokenKind};
+use super::reserved::is_reserved;
+
+/// A statement the proxy answers itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VirtualStatement {
+    /// `STREAM * FROM [schema.]table`
+    Stream { table: TableName },
+    /// `ACK [schema.]table id[, id ...]` — ids are SQL literals exactly as written (e.g. `1`, `-5`, `'a''b'`,
+    /// `"x"`, `0x1F`, `X'1f'`, `1.5`), to be pasted into an `IN (...)` list. A sign written apart from its
+    /// number (`- 5`) is joined to it (`-5`). Strings are lexed with backslash escapes, as in the default
+    /// `sql_mode`: the connection that runs the `IN (...)` must not use `NO_BACKSLASH_ESCAPES`.
+    Ack { table: TableName, ids: Vec<String> },
+    /// `SET workload = ...` — accepted, changes nothing.
+    SetWorkload,
+}
+
+/// A table as named in a statement: unquoted (backticks removed, doubled backticks undone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName {
+    /// The schema, when the name was qualified; otherwise the session's current database applies.
+    pub schema: Option<String>,
+    pub name: String,
+}
+
+/// Backtick-quoted, ready for SQL: `` `mydb`.`vitess_message` ``.
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn quoted(f: &mut std::fmt::Formatter<'_>, name: &str) -> std::fmt::Result {
+            write!(f, "`{}`", name.replace('`', "``"))
+        }
+        if let Some(schema) = &self.schema {
+            quoted(f, schema)?;
+            f.write_str(".")?;
+        }
+        quoted(f, &self.name)
+    }
+}
+
+/// A syntax error reported like the server does (error 1064, SQLSTATE 42000).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyntaxError {
+    /// The text MariaDB puts between the quotes: the rest of the statement from the offending token (empty
+    /// at the end), without trailing whitespace and `;`, cut at a NUL byte, each invalid UTF-8 byte and each
+    /// character outside the BMP shown as `?`, and when longer than 80 bytes cut to at most 77 bytes (on a
+    /// character boundary) followed by `...`.
+    pub near: String,
+    /// 1-based; newlines in leading whitespace and inside quoted tokens do not count, as in MariaDB.
+    pub line: u32,
+}
+
+impl SyntaxError {
+    /// MariaDB's `ER_PARSE_ERROR`.
+    pub const CODE: u16 = 1064;
+    pub const SQLSTATE: &'static str = "42000";
+
+    /// The message, word for word as MariaDB writes it.
+    pub fn message(&self) -> String {
+        format!(
+            "You have an error in your SQL syntax; check the manual that corresponds to your MariaDB server \
+             version for the right syntax to use near '{}' at line {}",
+            self.near, self.line
+        )
+    }
+}
+
+impl std::fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for SyntaxError {}
+
+/// Parses a statement that [`super::classify()`] found to be virtual (the `COM_QUERY` payload without its
+/// command byte). Never panics, whatever the bytes.
+///
+/// Any other statement is a [`SyntaxError`] at its first word, since the proxy cannot answer it.
+pub fn parse_virtual(sql: &[u8]) -> Result<VirtualStatement, SyntaxError> {
+    let sql = trim_statement(sql);
+    Parser::new(sql).statement().map_err(|at| SyntaxError {
+        near: near_text(sql.get(at.offset..).unwrap_or_default()),
+        line: at.line,
+    })
+}
+
+/// Whether `sql` is a `SET` of `workload` and nothing else: the classifier's test for the one `SET` that is
+/// virtual. Allocates nothing. `SET workload='olap', autocommit=0` is not (it is relayed, and the server
+/// rejects the unknown variable), nor is a value Vitess would refuse.
+pub(super) fn is_set_workload(sql: &[u8]) -> bool {
+    let mut parser = Parser::new(trim_statement(sql));
+    let set = parser.next();
+    parser.is_keyword(set, "SET") && parser.set_workload().and_then(|()| parser.end()).is_ok()
+}
+
+/// Where a syntax error is: what [`SyntaxError`] is made of, without the allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ErrorAt {
+    offset: usize,
+    line: u32,
+}
+
+impl From<Token> for ErrorAt {
+    fn from(token: Token) -> Self {
+        ErrorAt {
+            offset: token.start,
+            line: token.line,
+        }
+    }
+}
+
+/// A recursive-descent parser with one token of lookahead.
+struct Parser<'a> {
+    sql: &'a [u8],
+    lexer: Lexer<'a>,
+    peeked: Option<Token>,
+}
+
+impl<'a> Parser<'a> {
+    fn new(sql: &'a [u8]) -> Self {
+        Parser {
+            sql,
+            lexer: Lexer::new(sql),
+            peeked: None,
+        }
+    }
+
+    fn next(&mut self) -> Token {
+        self.peeked
+            .take()
+            .unwrap_or_else(|| self.lexer.next_token())
+    }
+
+    fn peek(&mut self) -> Token {
+        *self.peeked.get_or_insert_with(|| self.lexer.next_token())
+    }
+
+    fn bytes(&self, token: Token) -> &'a [u8] {
+        self.sql.get(token.start..token.end).unwrap_or_default()
+    }
+
+    /// The token's text; an error at its first invalid byte when it is not UTF-8.
+    fn text(&self, token: Token) -> Result<&'a str, ErrorAt> {
+        std::str::from_utf8(self.bytes(token)).map_err(|e| ErrorAt {
+            offset: token.start + e.valid_up_to(),
+            line: token.line,
+        })
+    }
+
+    /// An unquoted word spelling `keyword` (given in upper case).
+    fn is_keyword(&self, token: Token, keyword: &str) -> bool {
+        token.kind == TokenKind::Word
+            && !token.after_dot
+            && self.bytes(token).eq_ignore_ascii_case(keyword.as_bytes())
+    }
+
+    fn expect_keyword(&mut self, keyword: &str) -> Result<(), ErrorAt> {
+        let token = self.next();
+        if self.is_keyword(token, keyword) {
+            Ok(())
+        } else {
+            Err(token.into())
+        }
+    }
+
+    fn statement(&mut self) -> Result<VirtualStatement, ErrorAt> {
+        let first = self.next();
+        let statement = if self.is_keyword(first, "STREAM") {
+            let star = self.next();
+            if star.kind != TokenKind::Punct(b'*') {
+                return Err(star.into());
+            }
+            self.expect_keyword("FROM")?;
+            VirtualStatement::Stream {
+                table: self.table_ref()?,
+            }
+        } else if self.is_keyword(first, "ACK") {
+            let table = self.table_ref()?;
+            let mut ids = vec![self.id()?];
+            while self.peek().kind == TokenKind::Punct(b',') {
+                self.next();
+                ids.push(self.id()?);
+            }
+            VirtualStatement::Ack { table, ids }
+        } else if self.is_keyword(first, "SET") {
+            self.set_workload()?;
+            VirtualStatement::SetWorkload
+        } else {
+            return Err(first.into());
+        };
+        self.end()?;
+        Ok(statement)
+    }
+
+    /// One optional `;`, then the end.
+    fn end(&mut self) -> Result<(), ErrorAt> {
+        let mut token = self.next();
+        if token.kind == TokenKind::Punct(b';') {
+            token = self.next();
+        }
+        match token.kind {
+            TokenKind::Eof => Ok(()),
+            _ => Err(token.into()),
+        }
+    }
+
+    /// `ident` or `ident.ident`.
+    fn table_ref(&mut self) -> Result<TableName, ErrorAt> {
+        let first = self.next();
+        // `a.b` written together makes both parts identifiers whatever they spell; `a . b` does not.
+        let dot = self.peek();
+        if dot.kind != TokenKind::Punct(b'.') {
+            return Ok(TableName {
+                schema: None,
+                name: self.identifier(first, false)?,
+            });
+        }
+        self.next();
+        let second = self.next();
+        let joined = dot.start == first.end && second.after_dot;
+        let schema = self.identifier(first, joined)?;
+        let name = self.identifier(second, second.after_dot)?;
+        Ok(TableName {
+            schema: Some(schema),
+            name,
+        })
+    }
+
+    /// The name an identifier token stands for. `qualified`: a reserved word is an identifier here.
+    fn identifier(&self, token: Token, qualified: bool) -> Result<String, ErrorAt> {
+        match token.kind {
+            TokenKind::Word if qualified || !is_reserved(self.bytes(token)) => {
+                Ok(self.text(token)?.to_owned())
+            }
+            TokenKind::QuotedIdent => {
+                let text = self.text(token)?;
+                let inner = text
+                    .get(1..text.len().saturating_sub(1))
+                    .unwrap_or_default();
+                if inner.is_empty() {
+                    return Err(token.into());
+                }
+                Ok(inner.replace("``", "`"))
+            }
+            _ => Err(token.into()),
+        }
+    }
+
+    /// One id of `ACK`, as written.
+    fn id(&mut self) -> Result<String, ErrorAt> {
+        let token = self.next();
+        match token.kind {
+            TokenKind::Number | TokenKind::Hex | TokenKind::Bit | TokenKind::String => {
+                Ok(self.text(token)?.to_owned())
+            }
+            TokenKind::Punct(sign @ (b'-' | b'+')) => {
+                let number = self.next();
+                if number.kind != TokenKind::Number {
+                    return Err(number.into());
+                }
+                let mut id = String::from(char::from(sign));
+                id.push_str(self.text(number)?);
+                Ok(id)
+            }
+            _ => Err(token.into()),
+        }
+    }
+
+    /// What follows `SET` in `SET workload = 'olap'`. Allocates nothing: the classifier runs it.
+    fn set_workload(&mut self) -> Result<(), ErrorAt> {
+        let mut variable = self.next();
+        if variable.kind == TokenKind::AtAt {
+            variable = self.next();
+            let scope = self.is_keyword(variable, "SESSION") || self.is_keyword(variable, "LOCAL");
+            if scope && self.peek().kind == TokenKind::Punct(b'.') {
+                self.next();
+                variable = self.next();
+            }
+        } else if self.is_keyword(variable, "SESSION") || self.is_keyword(variable, "LOCAL") {
+            variable = self.next();
+        }
+        let name = self.bytes(variable);
+        let is_workload = match variable.kind {
+            TokenKind::Word => name.eq_ignore_ascii_case(b"workload"),
+            TokenKind::QuotedIdent => name.eq_ignore_ascii_case(b"`workload`"),
+            _ => false,
+        };
+        if !is_workload {
+            return Err(variable.into());
+        }
+        let assign = self.next();
+        if !matches!(assign.kind, TokenKind::Punct(b'=') | TokenKind::ColonEq) {
+            return Err(assign.into());
+        }
+        let value = self.next();
+        let word = match (value.kind, self.bytes(value)) {
+            (TokenKind::Word, word) => word,
+            (TokenKind::String, [quote @ (b'\'' | b'"'), inner @ .., last]) if last == quote => {
+                inner
+            }
+            _ => return Err(value.into()),
+        };
+        const WORKLOADS: [&[u8]; 4] = [b"olap", b"oltp", b"dba", b"unspecified"];
+        if WORKLOADS.iter().any(|w| w.eq_ignore_ascii_case(word)) {
+            Ok(())
+        } else {
+            Err(value.into())
+        }
+    }
+}
+
+/// MariaDB shows at most this many bytes of the statement in a syntax error...
+const NEAR_MAX: usize = 80;
+/// ...and when there are more, this many (on a character boundary) followed by `...`.
+const NEAR_CUT: usize = 77;
+
+/// The `near '...'` text for an error at the start of `rest` (see [`SyntaxError::near`]). Looks at no more
+/// of `rest` than it shows, so a huge statement costs nothing extra.
+fn near_text(rest: &[u8]) -> String {
+    // The server formats the text as a C string.
+    let rest = rest
+        .iter()
+        .position(|&b| b == 0)
+        .map_or(rest, |nul| rest.get(..nul).unwrap_or_default());
+    let mut near = String::new();
+    // Byte length of the longest whole-character prefix that fits in NEAR_CUT.
+    let mut cut = 0;
+    for chunk in rest.utf8_chunks() {
+        let valid = chunk
+            .valid()
+            .chars()
+            .map(|c| if c > '\u{FFFF}' { '?' } else { c });
+        let invalid = chunk.invalid().iter().map(|_| '?');
+        for c in valid.chain(invalid) {
+            near.push(c);
+            if near.len() <= NEAR_CUT {
+                cut = near.len();
+            }
+            if near.len() > NEAR_MAX {
+                near.truncate(cut);
+                near.push_str("...");
+                return near;
+            }
+        }
+    }
+    near
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(schema: Option<&str>, name: &str) -> TableName {
+        TableName {
+            schema: schema.map(str::to_owned),
+            name: name.to_owned(),
+        }
+    }
+
+    fn stream(schema: Option<&str>, name: &str) -> VirtualStatement {
+        VirtualStatement::Stream {
+            table: table(schema, name),
+        }
+    }
+
+    fn ack(schema: Option<&str>, name: &str, ids: &[&str]) -> VirtualStatement {
+        VirtualStatement::Ack {
+            table: table(schema, name),
+            ids: ids.iter().map(|&id| id.to_owned()).collect(),
+        }
+    }
+
+    #[track_caller]
+    fn ok(sql: &str, expected: VirtualStatement) {
+        assert_eq!(parse_virtual(sql.as_bytes()), Ok(expected), "{sql:?}");
+    }
+
+    #[track_caller]
+    fn err(sql: impl AsRef<[u8]>, near: &str, line: u32) {
+        let sql = sql.as_ref();
+        let expected = SyntaxError {
+            near: near.to_owned(),
+            line,
+        };
+        assert_eq!(
+            parse_virtual(sql),
+            Err(expected),
+            "{:?}",
+            String::from_utf8_lossy(sql)
+        );
+    }
+
+    #[test]
+    fn stream_forms() {
+        ok(
+            "stream * from vitess_message",
+            stream(None, "vitess_message"),
+        );
+        ok(
+            "STREAM /* comment */ * FROM mydb.vitess_message",
+            stream(Some("mydb"), "vitess_message"),
+        );
+        ok("StReAm*FrOm t", stream(None, "t"));
+        ok("stream * from t;", stream(None, "t"));
+        ok("stream * from t ; ; \n", stream(None, "t"));
+        ok("stream * from t; -- done", stream(None, "t"));
+        ok("\n\t stream\n*\nfrom\n t \n", stream(None, "t"));
+        ok(
+            "# c\n-- c\n/* c */stream/**/*/**/from/**/t/**/",
+            stream(None, "t"),
+        );
+        ok("stream * from `select`", stream(None, "select"));
+        ok("stream * from `a``b`", stream(None, "a`b"));
+        ok(
+            "stream * from `my db`.`my table`",
+            stream(Some("my db"), "my table"),
+        );
+        ok("stream * from mydb.select", stream(Some("mydb"), "select"));
+        ok("stream * from select.t", stream(Some("select"), "t"));
+        ok("stream * from mydb.123", stream(Some("mydb"), "123"));
+        ok("stream * from 1abc", stream(None, "1abc"));
+        ok("stream * from café.naïve", stream(Some("café"), "naïve"));
+        ok("stream * from $t_1", stream(None, "$t_1"));
+        ok("stream * from `t`.`u`", stream(Some("t"), "u"));
+        ok("stream * from t . u", stream(Some("t"), "u"));
+        ok("/*!40101 stream * from t */", stream(None, "t"));
+        ok("/*!stream*/ * /*M!100101 from */ t", stream(None, "t"));
+    }
+
+    #[test]
+    fn ack_forms() {
+        ok(
+            "ACK vitess_message 1, 2, 3",
+            ack(None, "vitess_message", &["1", "2", "3"]),
+        );
+        ok("ack t 'a', 'b'", ack(None, "t", &["'a'", "'b'"]));
+        ok(
+            r#"ack mydb.t -5, +7, - 5, 1.5, .5, 1e3, 'a''b', 'c\'d', "x", N'y', 0x1F, X'1f', x'', 0b101, b'01'"#,
+            ack(
+                Some("mydb"),
+                "t",
+                &[
+                    "-5", "+7", "-5", "1.5", ".5", "1e3", "'a''b'", r"'c\'d'", "\"x\"", "N'y'",
+                    "0x1F", "X'1f'", "x''", "0b101", "b'01'",
+                ],
+            ),
+        );
+        ok("ack t 1;", ack(None, "t", &["1"]));
+        ok(
+            "ack t /* a */ 1 /* b */ , /* c */ 2 -- d",
+            ack(None, "t", &["1", "2"]),
+        );
+        ok("ack t\n1\n,\n2", ack(None, "t", &["1", "2"]));
+        ok("ack t 'multi\nline'", ack(None, "t", &["'multi\nline'"]));
+        ok("ack t 'é😀'", ack(None, "t", &["'é😀'"]));
+        ok("ack `ack` 1", ack(None, "ack", &["1"]));
+        ok("ack stream 1", ack(None, "stream", &["1"]));
+    }
+
+    #[test]
+    fn set_workload_forms() {
+        for sql in [
+            "SET workload = 'olap'",
+            "SET workload='oltp'",
+            "set workload = olap",
+            "SET WORKLOAD = OLAP;",
+            "SET SESSION workload='olap'",
+            "SET LOCAL workload='dba'",
+            "SET @@workload='olap'",
+            "SET @@session.workload='olap'",
+            "SET @@SESSION.WORKLOAD = \"OLAP\"",
+            "SET @@local.workload='unspecified'",
+            "SET `workload` = 'olap'",
+            "set workload := 'olap'",
+            "/* vitess */ SET /* a */ workload /* b */ = /* c */ 'olap' -- d",
+            "/*!40101 SET workload='olap' */",
+        ] {
+            assert_eq!(
+                parse_virtual(sql.as_bytes()),
+                Ok(VirtualStatement::SetWorkload),
+                "{sql}"
+            );
+            assert!(is_set_workload(sql.as_bytes()), "{sql}");
+        }
+    }
+
+    #[test]
+    fn not_set_workload() {
+        for (sql, near) in [
+            ("SET workload=1, autocommit=0", "1, autocommit=0"),
+            ("SET workload='olap', autocommit=0", ", autocommit=0"),
+            (
+                "SET autocommit=0, workload='olap'",
+                "autocommit=0, workload='olap'",
+            ),
+            ("SET @workload='olap'", "@workload='olap'"),
+            ("SET GLOBAL workload='olap'", "GLOBAL workload='olap'"),
+            ("SET @@global.workload='olap'", "global.workload='olap'"),
+            ("SET workload='banana'", "'banana'"),
+            ("SET workload=''", "''"),
+            ("SET workload='olap' 'x'", "'x'"),
+            ("SET workload=N'olap'", "N'olap'"),
+            ("SET workload", ""),
+            ("SET workload=", ""),
+            ("SET workloads='olap'", "workloads='olap'"),
+            ("SET NAMES utf8mb4", "NAMES utf8mb4"),
+            ("SET SESSION", ""),
+            ("SET @@session", "session"),
+            ("SET @@session = 'olap'", "session = 'olap'"),
+            ("SET workload : = 'olap'", ": = 'olap'"),
+            ("SET", ""),
+            ("(SET workload='olap')", "(SET workload='olap')"),
+        ] {
+            assert!(!is_set_workload(sql.as_bytes()), "{sql}");
+            err(sql, near, 1);
+        }
+        assert!(!is_set_workload(b"SELECT workload='olap'"));
+        assert!(!is_set_workload(b""));
+    }
+
+    #[test]
+    fn malformed_stream() {
+        err("STREAM", "", 1);
+        err("STREAM *", "", 1);
+        err("STREAM * FROM", "", 1);
+        err("STREAM * FROM ;", "", 1);
+        err("STREAM * FROM t WHERE id=1", "WHERE id=1", 1);
+        err("STREAM id FROM t", "id FROM t", 1);
+        err("STREAM * t", "t", 1);
+        err("STREAM * FROM t, u", ", u", 1);
+        err("STREAM * FROM t u", "u", 1);
+        err("STREAM * FROM mydb.", "", 1);
+        err("STREAM * FROM .t", ".t", 1);
+        err("STREAM * FROM a.b.c", ".c", 1);
+        err("STREAM * FROM select", "select", 1);
+        err("STREAM * FROM select . t", "select . t", 1);
+        err("STREAM * FROM t . select", "select", 1);
+        err("STREAM * FROM 123", "123", 1);
+        err("STREAM * FROM ``", "``", 1);
+        err("STREAM * FROM 't'", "'t'", 1);
+        err("STREAM * FROM \"t\"", "\"t\"", 1);
+        err("STREAM * FROM `t", "`t", 1);
+        err("STREAM * FROM t; STREAM * FROM u", "STREAM * FROM u", 1);
+        err("STREAM * FROM t;;x", ";x", 1);
+        err("STREAM * FROM t /* open", "/* open", 1);
+        err("STREAM * FROM t */", "*/", 1);
+        err("STREAM * `FROM` t", "`FROM` t", 1);
+        err("STREAMS * FROM t", "STREAMS * FROM t", 1);
+        err("(STREAM * FROM t)", "(STREAM * FROM t)", 1);
+        err("/*! STREAM * FROM t", "", 1);
+        err("SELECT 1", "SELECT 1", 1);
+        err("", "", 1);
+    }
+
+    #[test]
+    fn malformed_ack() {
+        err("ACK", "", 1);
+        err("ACK t", "", 1);
+        err("ACK t;", "", 1);
+        err("ACK t 1,", "", 1);
+        err("ACK t 1, ", "", 1);
+        err("ACK t 1 2", "2", 1);
+        err("ACK t 1,,2", ",2", 1);
+        err("ACK t ,1", ",1", 1);
+        err("ACK t NULL", "NULL", 1);
+        err("ACK t 1, null", "null", 1);
+        err("ACK t TRUE", "TRUE", 1);
+        err("ACK t id", "id", 1);
+        err("ACK t (1, 2)", "(1, 2)", 1);
+        err("ACK t 1+1", "+1", 1);
+        err("ACK t --1", "-1", 1);
+        err("ACK t -'1'", "'1'", 1);
+        err("ACK t -0x1F", "0x1F", 1);
+        err("ACK t -", "", 1);
+        err("ACK t @x", "@x", 1);
+        err("ACK t ?", "?", 1);
+        err("ACK 1", "1", 1);
+        err("ACK 1 2", "1 2", 1);
+        err("ACK 'a' 1", "'a' 1", 1);
+        err("ACK where 1", "where 1", 1);
+        err("ACK t 'open", "'open", 1);
+        err("ACK t \"open", "\"open", 1);
+        err(r"ACK t 'a\'", r"'a\'", 1);
+        err("ACK t X'1'", "X'1'", 1);
+        err("ACK t X'GG'", "X'GG'", 1);
+        err("ACK t b'2'", "b'2'", 1);
+        err("ACK t 1 /* open", "/* open", 1);
+        err("ACK t 1 WHERE id = 1", "WHERE id = 1", 1);
+        err("ACK t _utf8mb4'a'", "_utf8mb4'a'", 1);
+        err("ACK t 'a' 'b'", "'b'", 1);
+        err("ACK t 1; ACK t 2", "ACK t 2", 1);
+    }
+
+    #[test]
+    fn line_numbers() {
+        err("ACK t\n1\n2", "2", 3);
+        err("ACK t\r\n1\r\n2", "2", 3);
+        err("ACK t 'a\nb\nc' x", "x", 1);
+        err("ACK `a\nb` 'c\nd' x", "x", 1);
+        err("ACK t /* a\nb */ 1 -- c\n# d\n x", "x", 4);
+        err("\n\n\nACK t 1 x", "x", 1);
+        err("\n/* lead */\nACK t\n", "", 2);
+        err("ACK t /* a\n */ ;\n\n", "", 2);
+        err("ACK\n t\n 1,\n", "", 3);
+        err("STREAM\n*\nFROM\n\nt\nWHERE", "WHERE", 6);
+        err("STREAM * FROM t\n/* open\n comment", "/* open\n comment", 2);
+        err("ACK t 1\rx", "x", 1);
+    }
+
+    #[test]
+    fn non_utf8_is_an_error_at_the_first_invalid_byte() {
+        err(b"ACK t 'caf\xe9'", "?'", 1);
+        err(b"ACK caf\xe9 1", "? 1", 1);
+        err(b"ACK `caf\xe9` 1", "?` 1", 1);
+        err(b"STREAM * FROM mydb.\xff\xfe", "??", 1);
+        err(b"ACK t \xff 1", "? 1", 1);
+        // An invalid byte in a comment is harmless, and a syntax error before it wins.
+        ok("ACK t 1 /* \u{e9} */", ack(None, "t", &["1"]));
+        assert_eq!(
+            parse_virtual(b"ACK t 1 /* \xe9 */ -- \xff"),
+            Ok(ack(None, "t", &["1"]))
+        );
+        err(b"ACK t x '\xff'", "x '?'", 1);
+        // Truncated sequences are one `?` per byte, as MariaDB prints them.
+        err(b"ACK t \xe2\x82( 1", "??( 1", 1);
+    }
+
+    #[test]
+    fn near_text_like_mariadb() {
+        assert_eq!(near_text(b""), "");
+        assert_eq!(near_text(b"frm t"), "frm t");
+        let exactly_80 = "y".repeat(80);
+        assert_eq!(near_text(exactly_80.as_bytes()), exactly_80);
+        let long = "y".repeat(81);
+        assert_eq!(near_text(long.as_bytes()), format!("{}...", "y".repeat(77)));
+        // Byte lengths, cut on a character boundary (both measured on MariaDB 10.11).
+        let e = "é".repeat(60);
+        assert_eq!(
+            near_text(format!("'a{e}").as_bytes()),
+            format!("'a{}...", "é".repeat(37))
+        );
+        assert_eq!(
+            near_text(format!("'ab{e}").as_bytes()),
+            format!("'ab{}...", "é".repeat(37))
+        );
+        assert_eq!(near_text("é".repeat(40).as_bytes()), "é".repeat(40));
+        assert_eq!(near_text("€".repeat(26).as_bytes()).len(), 78);
+        assert_eq!(
+            near_text(format!("{}abc", "€".repeat(26)).as_bytes()),
+            format!("{}...", "€".repeat(25))
+        );
+        // Outside the BMP and invalid bytes: `?`; a NUL ends the text.
+        assert_eq!(near_text("😀 y".as_bytes()), "? y");
+        assert_eq!(near_text(b"\xff\xfe z"), "?? z");
+        assert_eq!(near_text(b"a\0b"), "a");
+        assert_eq!(near_text(&[b'\xff'; 100]), format!("{}...", "?".repeat(77)));
+        // Only what is shown is looked at.
+        let huge = "z".repeat(10_000_000);
+        assert_eq!(near_text(huge.as_bytes()).len(), 80);
+    }
+
+    #[test]
+    fn message_is_mariadbs() {
+        let e = SyntaxError {
+            near: "frm t".to_owned(),
+            line: 1,
+        };
+        assert_eq!(
+            e.message(),
+            "You have an error in your SQL syntax; check the manual that corresponds to your MariaDB server \
+             version for the right syntax to use near 'frm t' at line 1"
+        );
+        assert_eq!(e.to_string(), e.message());
+        assert_eq!((SyntaxError::CODE, SyntaxError::SQLSTATE), (1064, "42000"));
+        let long = parse_virtual(format!("ACK t x {}", "y".repeat(100)).as_bytes());
+        assert_eq!(long.map_err(|e| e.near.len()), Err(80));
+    }
+
+    #[test]
+    fn table_name_display_quotes() {
+        assert_eq!(table(None, "t").to_string(), "`t`");
+        assert_eq!(table(Some("my db"), "a`b").to_string(), "`my db`.`a``b`");
+    }
+
+    /// A tiny deterministic generator, so the property tests need no dependency and always see the same
+    /// inputs.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+    }
+
+    /// Fragments that steer the parser into its interesting states.
+    const PIECES: &[&[u8]] = &[
+        b"STREAM",
+        b"ACK",
+        b"SET",
+        b"workload",
+        b"olap",
+        b"@@",
+        b"session",
+        b".",
+        b"*",
+        b"FROM",
+        b"t",
+        b"`",
+        b"'",
+        b"\"",
+        b"\\",
+        b",",
+        b";",
+        b"-",
+        b"+",
+        b"1",
+        b"0x1F",
+        b"X'",
+        b"b'",
+        b"N'",
+        b"/*",
+        b"*/",
+        b"/*!",
+        b"--",
+        b"-- ",
+        b"#",
+        b"\n",
+        b" ",
+        b"\t",
+        b"=",
+        b":=",
+        b"select",
+        b"\xe9",
+        b"\xff",
+        b"\0",
+        "😀".as_bytes(),
+        b"1e",
+        b"0b",
+        b".5",
+        b"(",
+    ];
+
+    #[test]
+    fn random_input_never_panics() {
+        let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+        let mut buf = Vec::with_capacity(256);
+        for _ in 0..100_000 {
+            buf.clear();
+            // Mostly a valid start, so the parser gets past the first word.
+            let start: &[u8] = match rng.next() % 4 {
+                0 => b"STREAM * FROM ",
+                1 => b"ACK t ",
+                2 => b"SET ",
+                _ => b"",
+            };
+            buf.extend_from_slice(start);
+            for _ in 0..rng.next() % 12 {
+                let r = rng.next();
+                if r.is_multiple_of(5) {
+                    buf.push((r >> 8) as u8);
+                } else {
+                    buf.extend_from_slice(PIECES[((r >> 8) % PIECES.len() as u64) as usize]);
+                }
+            }
+            let parsed = parse_virtual(&buf);
+            if let Err(e) = &parsed {
+                assert!(e.line >= 1, "{buf:?}");
+                assert!(e.near.len() <= NEAR_MAX, "{buf:?}");
+                assert!(e.message().contains(&e.near));
+            }
+            // The classifier's check and the parser agree.
+            if is_set_workload(&buf) {
+                assert_eq!(parsed, Ok(VirtualStatement::SetWorkload), "{buf:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_prefix_of_valid_statements() {
+        for sql in [
+            &b"/* c */ STREAM /* d */ * FROM `my``db`.vitess_message -- e\n;"[..],
+            b"ACK mydb.t -5, 'a''b', \"x\\\"y\", 0x1F, X'1f', b'01', 1.5e-3 ; # done",
+            b"SET @@session.workload := 'olap'",
+            "ACK `é` 'ü'".as_bytes(),
+        ] {
+            assert!(
+                parse_virtual(sql).is_ok(),
+                "{:?}",
+                String::from_utf8_lossy(sql)
+            );
+            for end in 0..sql.len() {
+                let _ = parse_virtual(&sql[..end]);
+                let _ = is_set_workload(&sql[..end]);
+                // And every suffix: a statement cut at the front.
+                let _ = parse_virtual(&sql[end..]);
+            }
+        }
+    }
+}
