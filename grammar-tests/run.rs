@@ -1,4 +1,6 @@
-//! Runs the classifier over every statement in `grammar-tests/*.test` and checks what each must become.
+//! Runs the classifier over every statement in `grammar-tests/*.test` and checks what each must become; for
+//! the statements the proxy answers itself, also what `parse_virtual` makes of them (the parse, or the
+//! syntax error).
 //!
 //! The format is described in `grammar-tests/README.md`. The runner collects *every* problem — malformed
 //! records and wrong classifications alike, each with `file:line` — and fails once at the end, so one run
@@ -9,7 +11,9 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use msgproxy::sql::{classify, Action, Keyword};
+use msgproxy::sql::{
+    classify, parse_virtual, Action, Keyword, SyntaxError, TableName, VirtualStatement,
+};
 
 /// Fewer statements than this means the corpus was not found or not read, not that all is well.
 const MIN_STATEMENTS: usize = 300;
@@ -18,10 +22,35 @@ const MIN_STATEMENTS: usize = 300;
 const SEPARATOR: &str = "----";
 
 /// What a record says its statement must become.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Expect {
-    /// `expect: relay <keyword>` or `expect: virtual <keyword>`.
-    Classified { action: Action, keyword: Keyword },
+    /// `expect: relay <keyword>`.
+    Relay { keyword: Keyword },
+    /// `expect: virtual <keyword>` with `parse: <result>`, in the form [`render`] writes.
+    Virtual { keyword: Keyword, parse: String },
+    /// `expect: error 1064` with `near: <text>` and `line: <n>`: virtual, and `parse_virtual` rejects it.
+    SyntaxError { near: String, line: u32 },
+}
+
+/// The headers of one record that together make its [`Expect`].
+#[derive(Default)]
+struct Headers {
+    /// `file:line` and the value of the `expect:` line.
+    expect: Option<(String, ExpectLine)>,
+    parse: Option<String>,
+    near: Option<String>,
+    line: Option<u32>,
+}
+
+/// The value of an `expect:` line, before the headers it needs are joined to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExpectLine {
+    Classified {
+        action: Action,
+        keyword: Keyword,
+    },
+    /// `expect: error 1064` — the only error code the parser produces.
+    SyntaxError,
 }
 
 /// How the statement's text is turned into the bytes a client would send.
@@ -143,8 +172,9 @@ fn parse_record(
         return;
     };
     let lines = &lines[first..];
-    let mut expect = None;
-    // An `expect:` line that could not be read is reported once, not again as "no expect line".
+    let mut headers = Headers::default();
+    // An expectation header (`expect:`, `near:`, `line:`) that could not be read is reported once, not again
+    // as "no expect line" or "needs a `near:` line".
     let mut bad_expect = false;
     let mut encoding = Encoding::Utf8;
     let mut body_start = lines.len();
@@ -154,13 +184,35 @@ fn parse_record(
             break;
         };
         let at = format!("{name}:{number}");
+        let twice =
+            |problems: &mut Vec<String>| problems.push(format!("{at}: a second `{key}:` line"));
         match key {
             "expect" => match parse_expect(value) {
-                Ok(_) if expect.is_some() => problems.push(format!("{at}: a second `expect:` line")),
-                Ok(e) => expect = Some((at, e)),
+                Ok(_) if headers.expect.is_some() => twice(problems),
+                Ok(e) => headers.expect = Some((at.clone(), e)),
                 Err(e) => {
                     bad_expect = true;
                     problems.push(format!("{at}: {e}"));
+                }
+            },
+            "parse" if headers.parse.is_some() => twice(problems),
+            "parse" => headers.parse = Some(value.to_owned()),
+            "near" if headers.near.is_some() => twice(problems),
+            "near" => match unescape(value) {
+                Ok(near) => headers.near = Some(near),
+                Err(e) => {
+                    bad_expect = true;
+                    problems.push(format!("{at}: {e}"));
+                }
+            },
+            "line" if headers.line.is_some() => twice(problems),
+            "line" => match value.parse::<u32>() {
+                Ok(n) if n >= 1 => headers.line = Some(n),
+                _ => {
+                    bad_expect = true;
+                    problems.push(format!(
+                        "{at}: `line: {value}` is not a line number (1, 2, ...)"
+                    ));
                 }
             },
             "encoding" => match value {
@@ -169,12 +221,20 @@ fn parse_record(
                 _ => problems.push(format!("{at}: unknown encoding `{value}` (utf8 or latin1)")),
             },
             "note" => {}
-            "parse" => problems.push(format!(
-                "{at}: `parse:` expectations are not checked by this runner yet; extend grammar-tests/run.rs"
-            )),
             _ => problems.push(format!("{at}: unknown header `{key}:`")),
         }
     }
+    let first_line = lines.first().map_or(0, |&(n, _)| n);
+    let expect = match join_headers(headers) {
+        Ok(expect) => expect,
+        // A header it needs could not be read: that is reported already.
+        Err(_) if bad_expect => None,
+        Err(e) => {
+            problems.push(format!("{name}:{first_line}: {e}"));
+            bad_expect = true;
+            None
+        }
+    };
 
     let body = &lines[body_start..];
     let end = body
@@ -182,7 +242,6 @@ fn parse_record(
         .rposition(|(_, line)| !line.trim().is_empty())
         .map_or(0, |i| i + 1);
     let body = &body[..end];
-    let first_line = lines.first().map_or(0, |&(n, _)| n);
     match (expect, body.is_empty()) {
         // A record of notes only: commentary, e.g. a file's preamble.
         (None, true) => {}
@@ -219,7 +278,7 @@ fn header(line: &str) -> Option<(&str, &str)> {
 }
 
 /// Reads the value of an `expect:` line.
-fn parse_expect(value: &str) -> Result<Expect, String> {
+fn parse_expect(value: &str) -> Result<ExpectLine, String> {
     let mut words = value.split_whitespace();
     let kind = words.next().unwrap_or_default();
     let argument = words.next();
@@ -229,14 +288,18 @@ fn parse_expect(value: &str) -> Result<Expect, String> {
     let action = match kind {
         "relay" => Action::Relay,
         "virtual" => Action::Virtual,
-        "error" => return Err(
-            "`expect: error` is not checked by this runner yet (no virtual statements); extend \
-                 grammar-tests/run.rs"
-                .to_owned(),
-        ),
+        "error" => {
+            return match argument {
+                Some(code) if code == SyntaxError::CODE.to_string() => Ok(ExpectLine::SyntaxError),
+                _ => Err(format!(
+                    "`expect: {value}`: the only error the parser gives is `error {}`",
+                    SyntaxError::CODE
+                )),
+            }
+        }
         _ => {
             return Err(format!(
-                "`expect: {value}`: expected `relay <keyword>` or `virtual <keyword>`"
+                "`expect: {value}`: expected `relay <keyword>`, `virtual <keyword>` or `error 1064`"
             ))
         }
     };
@@ -244,7 +307,136 @@ fn parse_expect(value: &str) -> Result<Expect, String> {
         return Err(format!("`expect: {value}`: the keyword is missing"));
     };
     let keyword = keyword.parse::<Keyword>().map_err(|e| e.to_string())?;
-    Ok(Expect::Classified { action, keyword })
+    Ok(ExpectLine::Classified { action, keyword })
+}
+
+/// Joins the `expect:` line with the headers it needs: `parse:` for `virtual`, `near:` and `line:` for
+/// `error`, and none of them otherwise — so no virtual statement passes with its parse unchecked.
+fn join_headers(headers: Headers) -> Result<Option<(String, Expect)>, String> {
+    let Headers {
+        expect,
+        parse,
+        near,
+        line,
+    } = headers;
+    let Some((at, expect)) = expect else {
+        return match (&parse, &near, &line) {
+            (None, None, None) => Ok(None),
+            _ => Err("`parse:`, `near:` or `line:` without an `expect:` line".to_owned()),
+        };
+    };
+    let expect = match (expect, parse, near, line) {
+        (
+            ExpectLine::Classified {
+                action: Action::Relay,
+                keyword,
+            },
+            None,
+            None,
+            None,
+        ) => Expect::Relay { keyword },
+        (
+            ExpectLine::Classified {
+                action: Action::Virtual,
+                keyword,
+            },
+            Some(parse),
+            None,
+            None,
+        ) => Expect::Virtual { keyword, parse },
+        (
+            ExpectLine::Classified {
+                action: Action::Virtual,
+                ..
+            },
+            None,
+            _,
+            _,
+        ) => return Err("`expect: virtual` needs a `parse:` line".to_owned()),
+        (ExpectLine::SyntaxError, None, Some(near), Some(line)) => {
+            Expect::SyntaxError { near, line }
+        }
+        (ExpectLine::SyntaxError, None, _, _) => {
+            return Err("`expect: error 1064` needs a `near:` and a `line:` line".to_owned())
+        }
+        (
+            ExpectLine::Classified {
+                action: Action::Relay,
+                ..
+            },
+            _,
+            _,
+            _,
+        ) => return Err("`expect: relay` takes no `parse:`, `near:` or `line:`".to_owned()),
+        (
+            ExpectLine::Classified {
+                action: Action::Virtual,
+                ..
+            },
+            Some(_),
+            _,
+            _,
+        ) => return Err("`expect: virtual` takes no `near:` or `line:`".to_owned()),
+        (ExpectLine::SyntaxError, Some(_), _, _) => {
+            return Err("`expect: error` takes no `parse:`".to_owned())
+        }
+    };
+    Ok(Some((at, expect)))
+}
+
+/// Undoes the escapes of a `near:` value, which is one line: `\n`, `\r`, `\t` and `\\`.
+fn unescape(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some('\\') => out.push('\\'),
+            other => {
+                return Err(format!(
+                    "`near: {value}`: unknown escape `\\{}` (write a backslash as `\\\\`)",
+                    other.map(String::from).unwrap_or_default()
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A parse result in the form `parse:` lines write it: `stream [schema=S] table=T`, `ack [schema=S]
+/// table=T ids=A|B|...` (ids as written in the statement), `set-workload`. A name with whitespace, `=`, `|`
+/// or a backtick, or an empty one, is written backtick-quoted.
+fn render(statement: &VirtualStatement) -> String {
+    fn name(name: &str) -> String {
+        let plain = !name.is_empty()
+            && !name
+                .chars()
+                .any(|c| c.is_whitespace() || matches!(c, '=' | '|' | '`'));
+        if plain {
+            name.to_owned()
+        } else {
+            format!("`{}`", name.replace('`', "``"))
+        }
+    }
+    fn table(table: &TableName) -> String {
+        match &table.schema {
+            Some(schema) => format!("schema={} table={}", name(schema), name(&table.name)),
+            None => format!("table={}", name(&table.name)),
+        }
+    }
+    match statement {
+        VirtualStatement::Stream { table: t } => format!("stream {}", table(t)),
+        VirtualStatement::Ack { table: t, ids } => {
+            format!("ack {} ids={}", table(t), ids.join("|"))
+        }
+        VirtualStatement::SetWorkload => "set-workload".to_owned(),
+    }
 }
 
 /// The bytes a client would send for `text`.
@@ -260,16 +452,22 @@ fn encode(text: &str, encoding: Encoding) -> Result<Vec<u8>, String> {
     }
 }
 
-/// Classifies one case; a description of the mismatch, if any.
+/// Classifies (and for a virtual statement, parses) one case; a description of the mismatch, if any.
 fn check(case: &Case) -> Option<String> {
     let got = classify(&case.sql);
     let shown = String::from_utf8_lossy(&case.sql);
-    let Expect::Classified { action, keyword } = case.expect;
-    if (got.action, got.keyword) != (action, keyword) {
+    let location = &case.location;
+    let (action, keyword) = match &case.expect {
+        Expect::Relay { keyword } => (Action::Relay, Some(*keyword)),
+        Expect::Virtual { keyword, .. } => (Action::Virtual, Some(*keyword)),
+        // A malformed message statement is still the proxy's to answer (with the error).
+        Expect::SyntaxError { .. } => (Action::Virtual, None),
+    };
+    if got.action != action || keyword.is_some_and(|k| k != got.keyword) {
         return Some(format!(
-            "{}: expected {} {keyword}, got {} {} — {shown:?}",
-            case.location,
+            "{location}: expected {} {}, got {} {} — {shown:?}",
             action_name(action),
+            keyword.map_or("<any>".to_owned(), |k| k.to_string()),
             action_name(got.action),
             got.keyword
         ));
@@ -283,11 +481,39 @@ fn check(case: &Case) -> Option<String> {
             .is_some_and(|w| w.eq_ignore_ascii_case(name));
     if !points_at_keyword || got.keyword_offset > case.sql.len() {
         return Some(format!(
-            "{}: keyword_offset {} does not point at `{}` — {shown:?}",
-            case.location, got.keyword_offset, got.keyword
+            "{location}: keyword_offset {} does not point at `{}` — {shown:?}",
+            got.keyword_offset, got.keyword
         ));
     }
-    None
+    match (&case.expect, parse_virtual(&case.sql)) {
+        (Expect::Relay { .. }, _) => None,
+        (Expect::Virtual { parse, .. }, Ok(statement)) => {
+            let rendered = render(&statement);
+            (rendered != *parse).then(|| {
+                format!("{location}: expected parse `{parse}`, got `{rendered}` — {shown:?}")
+            })
+        }
+        (Expect::Virtual { parse, .. }, Err(e)) => Some(format!(
+            "{location}: expected parse `{parse}`, got error near {:?} at line {} — {shown:?}",
+            e.near, e.line
+        )),
+        (Expect::SyntaxError { near, line }, Err(e)) => {
+            // The message must be MariaDB's, with what the record says in it.
+            let message_ok = e
+                .message()
+                .ends_with(&format!("near '{near}' at line {line}"));
+            (e.near != *near || e.line != *line || !message_ok).then(|| {
+                format!(
+                    "{location}: expected error near {near:?} at line {line}, got near {:?} at line {} — {shown:?}",
+                    e.near, e.line
+                )
+            })
+        }
+        (Expect::SyntaxError { near, line }, Ok(statement)) => Some(format!(
+            "{location}: expected error near {near:?} at line {line}, got parse `{}` — {shown:?}",
+            render(&statement)
+        )),
+    }
 }
 
 fn action_name(action: Action) -> &'static str {

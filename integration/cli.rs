@@ -1,6 +1,6 @@
 //! The real `mariadb` command-line client (libmariadb) through the proxy.
 
-use crate::support::compare::fresh_database;
+use crate::support::compare::{assert_same_text, fresh_database};
 use crate::support::{shared_setup, Cli};
 
 /// Output lines of `SHOW DATABASES` that belong to other, concurrently running tests.
@@ -24,11 +24,12 @@ async fn cli_select_and_show_databases() {
         proxy.log()
     );
     assert!(through.stdout.contains("information_schema"), "{through:?}");
-    assert_eq!(
-        without_test_databases(&through.stdout),
-        without_test_databases(&direct.stdout)
+    assert_same_text(
+        "select 1; show databases",
+        &without_test_databases(&direct.stdout),
+        &without_test_databases(&through.stdout),
     );
-    assert_eq!(through.stderr, direct.stderr);
+    assert_same_text("stderr", &direct.stderr, &through.stderr);
 }
 
 /// `--column-type-info` prints every field of every column definition: a compact metadata check
@@ -75,7 +76,12 @@ async fn cli_column_type_info_errors_and_warnings() {
             warn.stderr,
         ));
     }
-    assert_eq!(outputs[1], outputs[0], "proxy (left) vs server (right)");
+    let (d, p) = (&outputs[0], &outputs[1]);
+    assert_same_text("--column-type-info output", &d.0, &p.0);
+    assert_same_text("error stdout", &d.1, &p.1);
+    assert_same_text("error stderr", &d.2, &p.2);
+    assert_same_text("warning stdout", &d.3, &p.3);
+    assert_same_text("warning stderr", &d.4, &p.4);
     assert!(
         outputs[0].2.contains("ERROR 1146 (42S02) at line 1"),
         "{:?}",
@@ -135,4 +141,28 @@ async fn cli_admin_ping_and_status() {
     );
     let version = Cli::new(proxy.port()).admin(&["version"]);
     assert!(version.success(), "{version:?}");
+}
+
+/// The character set the client asks for in its handshake is the session's character set.
+#[tokio::test]
+async fn cli_handshake_character_set_reaches_the_server() {
+    let (server, proxy) = shared_setup();
+    for charset in ["latin1", "utf8mb4", "utf8mb3", "cp1251"] {
+        let args = [
+            &format!("--default-character-set={charset}")[..],
+            "-N",
+            "-e",
+            "SELECT @@character_set_client, @@character_set_connection, @@character_set_results, \
+             @@collation_connection, HEX('é')",
+        ];
+        let direct = Cli::new(server.port()).run(&args);
+        let through = Cli::new(proxy.port()).run(&args);
+        assert!(direct.success(), "{direct:?}");
+        assert!(through.success(), "{through:?}");
+        assert_same_text(
+            &format!("charset {charset}"),
+            &direct.stdout,
+            &through.stdout,
+        );
+    }
 }

@@ -3,8 +3,16 @@
 //! directly against MariaDB and through the proxy and require identical observations — a client
 //! must not be able to tell the difference.
 //!
-//! Run: `cargo test --test integration -- --test-threads=2` (needs `mariadbd` installed).
-//! `MSGPROXY_INTEG_STANDIN=1` swaps the proxy for a byte forwarder to check the suite itself.
+//! Run: `cargo test --test integration -- --test-threads=2` (needs `mariadbd`, `mariadb`,
+//! `mariadb-admin`, `mariadb-install-db` and `openssl` installed; nothing is skipped silently).
+//!
+//! Knobs (environment):
+//! - `MSGPROXY_BIN=/path/to/msgproxy` — test that binary instead of cargo's build of this package.
+//! - `MSGPROXY_INTEG_STANDIN=1` — replace the proxy by a plain TCP byte forwarder, to check the
+//!   suite itself: every comparison test must pass; tests of the proxy's own behaviour (configured
+//!   users, backend-down errors, the connection limit, TLS, `@@socket` bypass) fail by design.
+//! - `INTEG_DUMP=1` (with `--nocapture`) — print the direct half of every comparison transcript.
+//! - `MARIADBD`, `MARIADB_INSTALL_DB`, `MARIADB_CLIENT`, `MARIADB_ADMIN` — program paths.
 //!
 //! Layout:
 //! - `support/` — the harness (servers, proxy process, comparison runner, CLI, raw client).
@@ -17,6 +25,9 @@
 //! - `auth` — passwords, unknown users, configured users, both auth plugins.
 //! - `cli` — the `mariadb` / `mariadb-admin` clients through the proxy.
 //! - `failures` — backend down, backend killed mid-session, clients that walk away.
+//! - `tls` — TLS between client and proxy, optional and required.
+//! - `raw_protocol` — commands mysql_async never sends (COM_INIT_DB, COM_SET_OPTION, cursors with
+//!   COM_STMT_FETCH, ...), byte for byte, with and without CLIENT_DEPRECATE_EOF/SESSION_TRACK.
 
 mod support;
 
@@ -25,5 +36,7 @@ mod bulk;
 mod cli;
 mod commands;
 mod failures;
+mod raw_protocol;
 mod statements;
+mod tls;
 mod types;

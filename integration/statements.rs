@@ -58,8 +58,79 @@ async fn affected_rows_insert_ids_warnings_and_info_strings() {
         r.query(&mut c, "SET SESSION session_track_schema = ON, session_track_state_change = ON").await;
         r.query(&mut c, "SET SESSION session_track_system_variables = 'autocommit,time_zone'").await;
         r.query(&mut c, "SET time_zone = '+01:00'").await;
+
+        // CLIENT_FOUND_ROWS is the client's choice and changes what the server counts: the proxy
+        // must open the backend connection with the client's capability flags.
+        let found = crate::support::opts(r.target.port, "root", None, Some(&r.target.db))
+            .client_found_rows(true);
+        let mut f = r.target.conn_with(found).await;
+        let same = r.query(&mut f, "UPDATE t SET n = n WHERE id <= 3").await.ok();
+        assert_eq!(same.sets[0].affected_rows, 3, "CLIENT_FOUND_ROWS: matched, not changed");
+        r.query(&mut c, "UPDATE t SET n = n WHERE id <= 3").await.ok();
     })
     .await;
+}
+
+/// Compressed protocol (CLIENT_COMPRESS), if the proxy offers it; either way the answers match.
+#[tokio::test]
+async fn compressed_protocol() {
+    let (server, proxy) = shared_setup();
+    same_both_ways(server, &proxy, "it_compress", async |r: &mut Rec| {
+        let o = crate::support::opts(r.target.port, "root", None, Some(&r.target.db))
+            .compression(mysql_async::Compression::fast());
+        let mut c = r.target.conn_with(o).await;
+        r.query(&mut c, "CREATE TABLE t (id INT PRIMARY KEY, b LONGBLOB)")
+            .await
+            .ok();
+        r.exec(
+            &mut c,
+            "INSERT INTO t VALUES (?, ?)",
+            (1, vec![b'z'; 3 * 1024 * 1024]),
+        )
+        .await
+        .ok();
+        r.query(&mut c, "SELECT id, LENGTH(b), MD5(b), b FROM t")
+            .await
+            .ok();
+        r.query(
+            &mut c,
+            "SELECT seq, REPEAT('q', seq % 100) FROM seq_1_to_3000",
+        )
+        .await
+        .ok();
+        r.query(&mut c, "SELECT 1; SELECT * FROM missing_table")
+            .await;
+        r.exec(&mut c, "SELECT ? + 1", (1,)).await.ok();
+    })
+    .await;
+}
+
+/// The database in the handshake goes to the server: unknown databases fail the same way.
+#[tokio::test]
+async fn connect_to_unknown_or_no_database() {
+    let (server, proxy) = shared_setup();
+    let mut seen = Vec::new();
+    for port in [server.port(), proxy.port()] {
+        let unknown = mysql_async::Conn::new(crate::support::opts(
+            port,
+            "root",
+            None,
+            Some("it_no_such_database"),
+        ))
+        .await
+        .map(|_| ())
+        .map_err(|e| Failure::of(&e));
+        let mut none = mysql_async::Conn::new(crate::support::opts(port, "root", None, None))
+            .await
+            .expect("connect without a database");
+        let db: Option<Option<String>> = none.query_first("SELECT DATABASE()").await.expect("q");
+        seen.push((unknown, db));
+    }
+    assert_eq!(seen[1], seen[0], "proxy (left) vs server (right)");
+    assert!(
+        matches!(seen[0].0, Err(Failure::Server { code: 1049, .. })),
+        "{seen:?}"
+    );
 }
 
 #[tokio::test]
@@ -103,6 +174,21 @@ async fn server_errors_pass_through_unchanged() {
         // The session goes on after each error.
         let after = r.query(&mut c, "SELECT COUNT(*) FROM t").await.ok();
         assert_eq!(after.rows()[0][0], Value::Bytes(b"1".to_vec()));
+        // An ERR packet after some rows have already been sent.
+        r.query(
+            &mut c,
+            "SELECT seq, IF(seq = 3, (SELECT 1 UNION SELECT 2), seq) FROM seq_1_to_5",
+        )
+        .await;
+        r.exec(
+            &mut c,
+            "SELECT seq, IF(seq = ?, (SELECT 1 UNION SELECT 2), seq) FROM seq_1_to_5",
+            (3,),
+        )
+        .await;
+        r.query(&mut c, "SELECT 'fine after a mid-result error'")
+            .await
+            .ok();
         // A warning that the server escalates to an error only in strict mode.
         r.query(&mut c, "SELECT CAST('x' AS INT)").await;
         r.query(&mut c, "SHOW WARNINGS").await;

@@ -53,6 +53,20 @@ const INSERT_ROWS: &str = "INSERT INTO all_types VALUES
      ST_GeomFromText('POLYGON((0 0,10 0,10 10,0 10,0 0))'), ST_GeomFromText('POINT(-1.5 1e10)'),
      '00000000-0000-0000-0000-000000000000', '::')";
 
+/// `SELECT 1 AS c1, 'v2' AS c2, ...`: `n` columns of alternating types.
+fn wide_select(n: usize) -> String {
+    let cols: Vec<String> = (1..=n)
+        .map(|i| {
+            if i % 2 == 0 {
+                format!("'v{i}' AS c{i}")
+            } else {
+                format!("{i} AS c{i}")
+            }
+        })
+        .collect();
+    format!("SELECT {} FROM seq_1_to_3", cols.join(", "))
+}
+
 fn col<'a>(cols: &'a [ColumnInfo], name: &str) -> &'a ColumnInfo {
     cols.iter()
         .find(|c| c.name == name)
@@ -108,6 +122,11 @@ async fn every_column_type_text_protocol() {
         .await;
         r.query(&mut c, "SELECT * FROM all_types WHERE 1 = 0").await;
         r.query(&mut c, "SELECT * FROM (SELECT id, vc FROM all_types) AS sub ORDER BY id").await;
+        // Rows that start with a NULL (0xfb) and result sets whose column count needs a 3-byte
+        // length-encoded integer (more than 250 columns).
+        r.query(&mut c, "SELECT NULL, NULL UNION ALL SELECT NULL, 1 UNION ALL SELECT 2, NULL").await.ok();
+        let wide = r.query(&mut c, &wide_select(300)).await.ok();
+        assert_eq!(wide.columns().len(), 300);
         r.query(&mut c, "SHOW COLUMNS FROM all_types").await;
         r.query(&mut c, "SHOW CREATE TABLE all_types").await;
         r.query(&mut c, "SHOW INDEX FROM all_types").await;
@@ -199,6 +218,8 @@ async fn every_column_type_binary_protocol() {
         )
         .await;
         r.exec(&mut c, "SELECT * FROM all_types WHERE 1 = 0", ()).await;
+        r.exec(&mut c, &wide_select(300), ()).await.ok();
+        r.exec(&mut c, "SELECT ?, ? UNION ALL SELECT 2, NULL", (Value::NULL, Value::NULL)).await.ok();
         r.exec(&mut c, "SHOW COLUMNS FROM all_types", ()).await;
     })
     .await;

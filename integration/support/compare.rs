@@ -550,3 +550,22 @@ pub fn tail_str(s: &str, max: usize) -> &str {
     }
     &s[start..]
 }
+
+/// Compares two multi-line texts and panics at the first differing line, with context.
+pub fn assert_same_text(what: &str, direct: &str, through: &str) {
+    if direct == through {
+        return;
+    }
+    let d: Vec<&str> = direct.lines().collect();
+    let p: Vec<&str> = through.lines().collect();
+    let first = (0..d.len().max(p.len()))
+        .find(|&i| d.get(i) != p.get(i))
+        .unwrap_or(0);
+    let from = first.saturating_sub(12);
+    panic!(
+        "{what}: first difference at line {}\n--- direct ---\n{}\n--- through the proxy ---\n{}",
+        first + 1,
+        d[from.min(d.len())..(first + 3).min(d.len())].join("\n"),
+        p[from.min(p.len())..(first + 3).min(p.len())].join("\n"),
+    );
+}

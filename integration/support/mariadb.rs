@@ -269,6 +269,7 @@ impl MariaDb {
                 return Ok(());
             }
         }
+        fs::create_dir_all(self.dir.join("tmp")).map_err(|e| format!("create tmpdir: {e}"))?;
         let mut cmd = Command::new(mariadbd_path());
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.dir.join("data").display()))
@@ -282,6 +283,8 @@ impl MariaDb {
                 self.dir.join("mariadbd.pid").display()
             ))
             .arg(format!("--log-error={}", self.error_log_path().display()))
+            // Own temp dir: servers sharing /tmp have been seen failing on each other's files.
+            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
             .args([
                 "--bind-address=127.0.0.1",
                 "--log-bin=mysql-bin",

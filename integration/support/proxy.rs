@@ -1,5 +1,7 @@
 //! The proxy under test, as a child process with its stderr kept in a file.
 //!
+//! `MSGPROXY_BIN=/path/to/msgproxy` tests that binary instead of cargo's build of this package.
+//!
 //! Setting `MSGPROXY_INTEG_STANDIN=1` replaces the binary with an in-process TCP byte forwarder.
 //! That is only for checking the suite itself (a perfect relay must pass every comparison test);
 //! tests of the proxy's own behaviour (users, backend errors, logs) fail under it by design.
@@ -27,6 +29,11 @@ pub struct Proxy {
     dir: tempfile::TempDir,
 }
 
+/// The binary under test: cargo's build of it, or `MSGPROXY_BIN` (e.g. a release build).
+fn binary() -> std::ffi::OsString {
+    std::env::var_os("MSGPROXY_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_msgproxy").into())
+}
+
 fn standin_requested() -> bool {
     std::env::var("MSGPROXY_INTEG_STANDIN").is_ok_and(|v| v == "1")
 }
@@ -52,7 +59,7 @@ impl Proxy {
             attempt += 1;
             let port = process::free_port();
             let stderr = fs::File::create(dir.path().join("stderr.log")).expect("proxy log file");
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_msgproxy"));
+            let mut cmd = Command::new(binary());
             cmd.arg("--listen")
                 .arg(format!("127.0.0.1:{port}"))
                 .arg("--backend")

@@ -23,13 +23,23 @@ pub const CLIENT_MULTI_RESULTS: u32 = 0x2_0000;
 pub const CLIENT_PS_MULTI_RESULTS: u32 = 0x4_0000;
 pub const CLIENT_PLUGIN_AUTH: u32 = 0x8_0000;
 pub const CLIENT_PLUGIN_AUTH_LENENC: u32 = 0x20_0000;
+pub const CLIENT_SESSION_TRACK: u32 = 0x80_0000;
 pub const CLIENT_DEPRECATE_EOF: u32 = 0x100_0000;
 
 pub const COM_QUIT: u8 = 0x01;
 pub const COM_QUERY: u8 = 0x03;
 pub const COM_FIELD_LIST: u8 = 0x04;
 pub const COM_STATISTICS: u8 = 0x09;
+pub const COM_INIT_DB: u8 = 0x02;
+pub const COM_DEBUG: u8 = 0x0d;
 pub const COM_PING: u8 = 0x0e;
+pub const COM_STMT_PREPARE: u8 = 0x16;
+pub const COM_STMT_EXECUTE: u8 = 0x17;
+pub const COM_STMT_SEND_LONG_DATA: u8 = 0x18;
+pub const COM_STMT_CLOSE: u8 = 0x19;
+pub const COM_STMT_RESET: u8 = 0x1a;
+pub const COM_SET_OPTION: u8 = 0x1b;
+pub const COM_STMT_FETCH: u8 = 0x1c;
 
 /// What went wrong, in a form tests can compare.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +69,9 @@ pub struct Greeting {
     pub status: u16,
     pub auth_plugin: String,
     pub scramble: Vec<u8>,
+    /// MariaDB's extended capabilities (the last 4 reserved bytes, when the CLIENT_MYSQL bit is
+    /// clear): progress reports, bulk operations, extended type metadata, metadata caching.
+    pub mariadb_ext_caps: u32,
 }
 
 pub struct RawConn {
@@ -66,7 +79,13 @@ pub struct RawConn {
     seq: u8,
     pub greeting: Greeting,
     pub capabilities: u32,
+    /// Write everything a few bytes at a time (see [`DRIBBLE`]).
+    pub dribble: bool,
 }
+
+/// Not a capability: passed in `extra_caps` to [`RawConn::connect_with`], makes the client write
+/// every packet (the handshake response too) in 3-byte pieces, 1 ms apart.
+pub const DRIBBLE: u32 = 0x8000_0000;
 
 /// Parses an ERR packet payload (0xff, code, '#', state, message).
 pub fn parse_err(p: &[u8]) -> RawError {
@@ -159,6 +178,11 @@ fn parse_greeting(p: &[u8]) -> Result<Greeting, RawError> {
     let capabilities = cap_low | (cap_high << 16);
     let auth_data_len = p[pos] as usize;
     pos += 1;
+    let mariadb_ext_caps = if capabilities & CLIENT_LONG_PASSWORD == 0 {
+        u32::from_le_bytes(p[pos + 6..pos + 10].try_into().expect("4 bytes"))
+    } else {
+        0
+    };
     pos += 10; // reserved (MariaDB keeps its extended capabilities in the last 4)
     if capabilities & CLIENT_SECURE_CONNECTION != 0 {
         let n = auth_data_len.saturating_sub(8).max(13) - 1;
@@ -178,6 +202,7 @@ fn parse_greeting(p: &[u8]) -> Result<Greeting, RawError> {
         status,
         auth_plugin,
         scramble,
+        mariadb_ext_caps,
     })
 }
 
@@ -189,6 +214,18 @@ impl RawConn {
         user: &str,
         password: &str,
         db: Option<&str>,
+    ) -> Result<RawConn, RawError> {
+        RawConn::connect_with(port, user, password, db, 0).await
+    }
+
+    /// [`RawConn::connect`] asking for `extra_caps` as well (e.g. CLIENT_DEPRECATE_EOF,
+    /// CLIENT_SESSION_TRACK), if the server offers them.
+    pub async fn connect_with(
+        port: u16,
+        user: &str,
+        password: &str,
+        db: Option<&str>,
+        extra_caps: u32,
     ) -> Result<RawConn, RawError> {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
         stream.set_nodelay(true)?;
@@ -208,6 +245,7 @@ impl RawConn {
         if db.is_some() {
             caps |= CLIENT_CONNECT_WITH_DB;
         }
+        caps |= extra_caps & !DRIBBLE;
         // CLIENT_LONG_PASSWORD doubles as MariaDB's "CLIENT_MYSQL" bit; always sent.
         caps &= greeting.capabilities | CLIENT_LONG_PASSWORD;
         let mut conn = RawConn {
@@ -215,6 +253,7 @@ impl RawConn {
             seq: conn_seq,
             greeting,
             capabilities: caps,
+            dribble: extra_caps & DRIBBLE != 0,
         };
         let auth = auth_response(
             &conn.greeting.auth_plugin,
@@ -292,7 +331,16 @@ impl RawConn {
             frame.push(self.seq);
             self.seq = self.seq.wrapping_add(1);
             frame.extend_from_slice(&rest[..n]);
-            self.stream.write_all(&frame).await?;
+            if self.dribble {
+                // A few bytes per TCP segment: packet headers and payloads split everywhere.
+                for piece in frame.chunks(3) {
+                    self.stream.write_all(piece).await?;
+                    self.stream.flush().await?;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            } else {
+                self.stream.write_all(&frame).await?;
+            }
             rest = &rest[n..];
             if n < MAX {
                 break;
@@ -300,6 +348,18 @@ impl RawConn {
         }
         self.stream.flush().await?;
         Ok(())
+    }
+
+    /// Writes raw bytes as they are (several packets at once: pipelining).
+    pub async fn write_raw(&mut self, bytes: &[u8]) -> Result<(), RawError> {
+        self.stream.write_all(bytes).await?;
+        self.stream.flush().await?;
+        Ok(())
+    }
+
+    /// Sets the sequence id expected on the next packet read.
+    pub fn expect_seq(&mut self, seq: u8) {
+        self.seq = seq;
     }
 
     /// Starts a command: sequence id 0, command byte, argument.
@@ -340,6 +400,95 @@ impl RawConn {
         }
     }
 
+    fn deprecate_eof(&self) -> bool {
+        self.capabilities & CLIENT_DEPRECATE_EOF != 0
+    }
+
+    /// Reads `n` packets.
+    pub async fn read_n(&mut self, n: usize) -> Result<Vec<Vec<u8>>, RawError> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(self.read_packet().await?);
+        }
+        Ok(out)
+    }
+
+    /// Reads rows up to and including the terminator (0xfe EOF/OK packet) or an ERR packet.
+    pub async fn read_rows(&mut self) -> Result<Vec<Vec<u8>>, RawError> {
+        let mut out = Vec::new();
+        loop {
+            let p = self.read_packet().await?;
+            let end = (p.first() == Some(&0xfe) && p.len() < 0xff_ffff) || p.first() == Some(&0xff);
+            out.push(p);
+            if end {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Reads one whole response to COM_QUERY / COM_STMT_EXECUTE (no cursor), following
+    /// SERVER_MORE_RESULTS_EXISTS through every result.
+    pub async fn read_response(&mut self) -> Result<Vec<Vec<u8>>, RawError> {
+        let mut out = Vec::new();
+        loop {
+            let first = self.read_packet().await?;
+            let (more, done_here) = match first.first() {
+                Some(0x00) => (ok_status(&first) & 0x08 != 0, true),
+                Some(0xff) => (false, true),
+                _ => (false, false),
+            };
+            out.push(first.clone());
+            if done_here {
+                if more {
+                    continue;
+                }
+                return Ok(out);
+            }
+            let columns = lenenc(&first).0 as usize;
+            out.extend(self.read_n(columns).await?);
+            if !self.deprecate_eof() {
+                out.push(self.read_packet().await?);
+            }
+            let rows = self.read_rows().await?;
+            let last = rows.last().cloned().unwrap_or_default();
+            out.extend(rows);
+            let more = last.first() == Some(&0xfe)
+                && terminator_status(&last, self.deprecate_eof()) & 0x08 != 0;
+            if !more {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// Reads a COM_STMT_PREPARE response: the prepare-OK, parameter and column definitions.
+    pub async fn read_prepare_response(&mut self) -> Result<Vec<Vec<u8>>, RawError> {
+        let first = self.read_packet().await?;
+        if first.first() != Some(&0x00) || first.len() < 9 {
+            return Ok(vec![first]);
+        }
+        let columns = u16::from_le_bytes([first[5], first[6]]) as usize;
+        let params = u16::from_le_bytes([first[7], first[8]]) as usize;
+        let mut out = vec![first];
+        for n in [params, columns] {
+            if n > 0 {
+                out.extend(self.read_n(n).await?);
+                if !self.deprecate_eof() {
+                    out.push(self.read_packet().await?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Everything that arrives until the connection stays quiet for `quiet`.
+    pub async fn read_until_quiet(&mut self, quiet: Duration) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while let Ok(Ok(p)) = tokio::time::timeout(quiet, self.read_packet()).await {
+            out.push(p);
+        }
+        out
+    }
+
     /// Sets read/write deadline-free mode off: gives up reading after `timeout`.
     pub async fn read_packet_timeout(&mut self, timeout: Duration) -> Result<Vec<u8>, RawError> {
         tokio::time::timeout(timeout, self.read_packet())
@@ -350,6 +499,41 @@ impl RawConn {
     /// Drops the TCP connection without COM_QUIT (a client that just goes away).
     pub fn abandon(self) {
         drop(self.stream);
+    }
+}
+
+/// A length-encoded integer at the start of `p`: (value, bytes used).
+pub fn lenenc(p: &[u8]) -> (u64, usize) {
+    match p.first() {
+        Some(&b) if b < 0xfb => (b as u64, 1),
+        Some(0xfc) if p.len() >= 3 => (u16::from_le_bytes([p[1], p[2]]) as u64, 3),
+        Some(0xfd) if p.len() >= 4 => (u32::from_le_bytes([p[1], p[2], p[3], 0]) as u64, 4),
+        Some(0xfe) if p.len() >= 9 => (u64::from_le_bytes(p[1..9].try_into().expect("8 bytes")), 9),
+        _ => (0, 1),
+    }
+}
+
+/// Status flags of an OK packet (0x00 or 0xfe header).
+pub fn ok_status(p: &[u8]) -> u16 {
+    let mut pos = 1;
+    for _ in 0..2 {
+        pos += lenenc(&p[pos.min(p.len())..]).1;
+    }
+    if pos + 2 <= p.len() {
+        u16::from_le_bytes([p[pos], p[pos + 1]])
+    } else {
+        0
+    }
+}
+
+/// Status flags of a result-set terminator: an EOF packet, or an OK packet with 0xfe header.
+pub fn terminator_status(p: &[u8], deprecate_eof: bool) -> u16 {
+    if deprecate_eof {
+        ok_status(p)
+    } else if p.len() >= 5 {
+        u16::from_le_bytes([p[3], p[4]])
+    } else {
+        0
     }
 }
 
@@ -373,4 +557,14 @@ async fn read_packet_from(stream: &mut TcpStream, seq: &mut u8) -> Result<Vec<u8
             return Ok(out);
         }
     }
+}
+
+/// One command packet (sequence id 0) as bytes, for pipelining with [`RawConn::write_raw`].
+pub fn command_frame(command: u8, arg: &[u8]) -> Vec<u8> {
+    let len = arg.len() + 1;
+    let mut frame = (len as u32).to_le_bytes()[..3].to_vec();
+    frame.push(0);
+    frame.push(command);
+    frame.extend_from_slice(arg);
+    frame
 }

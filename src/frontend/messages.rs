@@ -171,11 +171,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             | Keyword::Update
             | Keyword::Call
             | Keyword::With => {
-                if engine.has_tables() {
-                    for m in engine.tables_mentioned(sql) {
-                        if !self.pending_notify.iter().any(|p| Arc::ptr_eq(p, &m)) {
-                            self.pending_notify.push(m);
-                        }
+                for m in engine.tables_mentioned(sql) {
+                    if !self.pending_notify.iter().any(|p| Arc::ptr_eq(p, &m)) {
+                        self.pending_notify.push(m);
                     }
                 }
             }
@@ -183,11 +181,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             | Keyword::Alter
             | Keyword::Drop
             | Keyword::Rename
-            | Keyword::Truncate => {
-                if !self.relay.failed {
-                    if let Err(e) = engine.reload().await {
-                        warn!("reloading message tables after DDL failed: {e}");
-                    }
+            | Keyword::Truncate
+                if !self.relay.failed =>
+            {
+                if let Err(e) = engine.reload().await {
+                    warn!("reloading message tables after DDL failed: {e}");
                 }
             }
             Keyword::Use if !self.relay.failed => {
