@@ -49,6 +49,12 @@ pub enum BackendError {
     UnsupportedAuth(String),
 }
 
+/// MariaDB extended capabilities the relay understands: extended metadata only adds fields to
+/// column definitions, and bulk execution answers like COM_STMT_EXECUTE. Progress reports (ERR
+/// packets in the middle of a result) and metadata caching (results without definitions) would
+/// change how a response is framed, so they are not offered.
+pub const SUPPORTED_MARIADB_CAPABILITIES: u32 = 0x0000_0004 | 0x0000_0008;
+
 /// Capabilities the proxy never lets through to the backend: it speaks neither compression nor
 /// TLS to the backend, and it does not offer the MySQL 8 extensions that change packet layouts.
 pub fn unsupported_capabilities() -> CapabilityFlags {
@@ -124,6 +130,9 @@ impl Backend {
             connect_attrs: client
                 .connect_attrs
                 .filter(|_| caps.contains(C::CLIENT_CONNECT_ATTRS)),
+            mariadb_capabilities: client.mariadb_capabilities
+                & self.greeting.mariadb_capabilities
+                & SUPPORTED_MARIADB_CAPABILITIES,
         };
         packet::write_packet(self.conn.get_mut(), 1, &response.encode()).await?;
         self.finish_auth(target).await

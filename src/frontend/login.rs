@@ -102,6 +102,8 @@ async fn connection_phase(
         collation: backend.greeting.collation,
         status: backend.greeting.status,
         auth_plugin: NATIVE_PASSWORD,
+        mariadb_capabilities: backend.greeting.mariadb_capabilities
+            & crate::backend::SUPPORTED_MARIADB_CAPABILITIES,
     };
     write_packet(client.get_mut(), 0, &greeting.encode()).await?;
     let first = client.next_logical_packet(1 << 20).await?;
@@ -168,16 +170,19 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
         return Ok(None);
     }
     let user = String::from_utf8_lossy(response.user).into_owned();
-    let named_plugin = response.auth_plugin.and_then(Plugin::from_name);
     let plugin_auth = response
         .capabilities
         .contains(CapabilityFlags::CLIENT_PLUGIN_AUTH);
-    let (plugin, auth_response): (Plugin, Vec<u8>) = match named_plugin {
-        Some(p) if can_check(&ctx, &user, p) => (p, response.auth_response.to_vec()),
-        None if !plugin_auth => (Plugin::Native, response.auth_response.to_vec()),
-        _ => {
-            // A plugin we cannot check (or a hash-only user under caching_sha2): ask the client
-            // to answer the same challenge with mysql_native_password instead.
+    let checkable = checkable_plugin(
+        &ctx,
+        &user,
+        plugin_auth,
+        response.auth_plugin,
+        response.auth_response,
+    );
+    let (plugin, auth_response): (Plugin, Vec<u8>) = match checkable {
+        Some(p) => (p, response.auth_response.to_vec()),
+        None => {
             write_packet(client.get_mut(), seq, &auth_switch_request(&nonce)).await?;
             let reply = client.next_logical_packet(1 << 16).await?;
             seq = reply.seq.wrapping_add(1);
@@ -233,6 +238,32 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
             write_packet(client.get_mut(), seq, &err).await?;
             Ok(None)
         }
+    }
+}
+
+/// The plugin under which the client's first response can be checked, or `None` when the
+/// client must be asked to switch to `mysql_native_password` (the plugin of the greeting).
+///
+/// A client that names another plugin than the greeting's may have sent a response for it (MySQL
+/// 8 clients send a caching_sha2_password scramble of our nonce, which the proxy can check when
+/// it knows the password) or nothing at all, waiting to be switched (libmariadb); the server
+/// answers the latter with an AuthSwitchRequest, and so does the proxy.
+pub fn checkable_plugin(
+    ctx: &Context,
+    user: &str,
+    plugin_auth: bool,
+    named: Option<&[u8]>,
+    response: &[u8],
+) -> Option<Plugin> {
+    match named.map(Plugin::from_name) {
+        None if !plugin_auth => Some(Plugin::Native),
+        Some(Some(Plugin::Native)) => Some(Plugin::Native),
+        Some(Some(Plugin::CachingSha2))
+            if !response.is_empty() && can_check(ctx, user, Plugin::CachingSha2) =>
+        {
+            Some(Plugin::CachingSha2)
+        }
+        _ => None,
     }
 }
 

@@ -8,7 +8,7 @@ use mysql_common::constants::CapabilityFlags;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, warn};
 
-use super::login::{access_denied, auth_switch_request, can_check, check_password};
+use super::login::{access_denied, auth_switch_request, check_password, checkable_plugin};
 use super::Context;
 use crate::backend::{Backend, LoginReply};
 use crate::protocol::auth::Plugin;
@@ -155,12 +155,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     async fn serve_command(&mut self) -> Result<(), SessionEnd> {
-        let raw = self
+        let first = self
             .client
             .next_raw_packet()
             .await
             .map_err(SessionEnd::Client)?;
-        let payload = &raw[4..];
+        let (raw, joined) = if first.len() == 4 + MAX_PAYLOAD && first.get(4) == Some(&COM_QUERY) {
+            // A statement of 16 MiB or more: the proxy may need all of it (a long ACK list),
+            // so join it here; it is re-split when sent on.
+            let (raw, payload) = self.join_continuation(first).await?;
+            (raw, Some(payload))
+        } else {
+            (first, None)
+        };
+        let payload: &[u8] = match &joined {
+            Some(p) => p,
+            None => &raw[4..],
+        };
         let Some(&command) = payload.first() else {
             return self
                 .reply_error(ErrorPacket::new(
@@ -180,14 +191,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if classification.action == Action::Virtual {
                     return self.serve_virtual(&payload[1..]).await;
                 }
-                self.send_to_backend(&raw).await?;
-                self.relay
-                    .forward_response(
-                        ResponseKind::Results,
-                        &mut self.client,
-                        &mut self.backend.conn,
-                    )
-                    .await?;
+                let rewritten = match classification.keyword {
+                    sql::Keyword::Select => sql::rewrite(&payload[1..]),
+                    _ => None,
+                };
+                match rewritten {
+                    Some(statement) => {
+                        self.relay_statement(&statement, ResponseKind::Results)
+                            .await?
+                    }
+                    None => {
+                        self.send_to_backend(&raw).await?;
+                        self.relay
+                            .forward_response(
+                                ResponseKind::Results,
+                                &mut self.client,
+                                &mut self.backend.conn,
+                            )
+                            .await?;
+                    }
+                }
                 self.after_relayed_statement(&payload[1..], classification)
                     .await;
                 return Ok(());
@@ -217,7 +240,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     ))
                     .await;
             }
-            COM_STMT_EXECUTE | COM_PROCESS_INFO => ResponseKind::Results,
+            COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE | COM_PROCESS_INFO => ResponseKind::Results,
             COM_STMT_PREPARE => ResponseKind::Prepare,
             COM_STMT_FETCH => ResponseKind::Rows,
             COM_FIELD_LIST => ResponseKind::FieldList,
@@ -240,7 +263,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     async fn send_to_backend(&mut self, raw: &[u8]) -> Result<(), SessionEnd> {
         let backend = self.backend.conn.get_mut();
         backend.write_all(raw).await.map_err(SessionEnd::Backend)?;
+        // A lone physical packet of the maximum size is continued by the client's next ones
+        // (a command joined by `join_continuation` is already complete and longer than that).
         let (mut len, _) = parse_header(raw);
+        if raw.len() != 4 + MAX_PAYLOAD {
+            len = 0;
+        }
         while len == MAX_PAYLOAD {
             let next = self
                 .client
@@ -265,6 +293,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Ok(())
     }
 
+    /// Reads the physical packets that continue `first` and returns the whole logical packet,
+    /// re-framed (header of the first packet, payload of all).
+    async fn join_continuation(
+        &mut self,
+        first: bytes::BytesMut,
+    ) -> Result<(bytes::BytesMut, bytes::BytesMut), SessionEnd> {
+        let mut payload = first;
+        let header = payload.split_to(4);
+        let mut len = MAX_PAYLOAD;
+        while len == MAX_PAYLOAD {
+            let mut next = self
+                .client
+                .next_raw_packet()
+                .await
+                .map_err(SessionEnd::Client)?;
+            len = parse_header(&next).0;
+            payload.unsplit(next.split_off(4));
+        }
+        let mut raw = bytes::BytesMut::with_capacity(payload.len() + 8);
+        crate::protocol::packet::encode_packet(&mut raw, header[3], &payload);
+        Ok((raw, payload))
+    }
+
     /// Whether the session agreed on CLIENT_DEPRECATE_EOF (shapes every result set).
     pub(super) fn deprecate_eof(&self) -> bool {
         self.capabilities
@@ -283,7 +334,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         payload.extend_from_slice(sql);
         let mut raw = bytes::BytesMut::new();
         crate::protocol::packet::encode_packet(&mut raw, 0, &payload);
-        self.send_to_backend(&raw).await?;
+        let backend = self.backend.conn.get_mut();
+        backend.write_all(&raw).await.map_err(SessionEnd::Backend)?;
+        backend.flush().await.map_err(SessionEnd::Backend)?;
+        self.relay.next_seq = 1;
         self.relay
             .forward_response(kind, &mut self.client, &mut self.backend.conn)
             .await?;
@@ -314,12 +368,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let user = String::from_utf8_lossy(request.user).into_owned();
         let client = self.client.get_mut();
         let mut seq = 1u8;
-        let (plugin, response) = match request.plugin.and_then(Plugin::from_name) {
-            Some(p) if can_check(&self.ctx, &user, p) => (p, request.auth_response.to_vec()),
-            named if named.is_none() && request.plugin.is_none() => {
-                (Plugin::Native, request.auth_response.to_vec())
-            }
-            _ => {
+        let plugin_auth = self
+            .capabilities
+            .contains(CapabilityFlags::CLIENT_PLUGIN_AUTH);
+        let checkable = checkable_plugin(
+            &self.ctx,
+            &user,
+            plugin_auth,
+            request.plugin,
+            request.auth_response,
+        );
+        let (plugin, response) = match checkable {
+            Some(p) => (p, request.auth_response.to_vec()),
+            None => {
                 write_packet(client, seq, &auth_switch_request(&self.nonce))
                     .await
                     .map_err(SessionEnd::Client)?;

@@ -22,6 +22,8 @@ pub const COM_SET_OPTION: u8 = 0x1B;
 pub const COM_STMT_FETCH: u8 = 0x1C;
 pub const COM_BINLOG_DUMP_GTID: u8 = 0x1E;
 pub const COM_RESET_CONNECTION: u8 = 0x1F;
+/// MariaDB's array-bound execute (offered through MARIADB_CLIENT_STMT_BULK_OPERATIONS).
+pub const COM_STMT_BULK_EXECUTE: u8 = 0xFA;
 
 /// ER_CON_COUNT_ERROR: "Too many connections".
 pub const ER_CON_COUNT_ERROR: u16 = 1040;

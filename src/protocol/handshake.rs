@@ -2,7 +2,7 @@
 //! greeting the proxy reads from the backend.
 
 use bytes::{BufMut, BytesMut};
-use mysql_common::constants::{CapabilityFlags, StatusFlags};
+use mysql_common::constants::{CapabilityFlags, MariadbCapabilities, StatusFlags};
 use mysql_common::io::ParseBuf;
 use mysql_common::packets::HandshakePacket;
 use mysql_common::proto::{MyDeserialize, MySerialize};
@@ -24,6 +24,8 @@ pub struct BackendGreeting {
     pub status: u16,
     pub nonce: Vec<u8>,
     pub auth_plugin: Vec<u8>,
+    /// MariaDB's extended capabilities (zero for MySQL, which sets CLIENT_LONG_PASSWORD).
+    pub mariadb_capabilities: u32,
 }
 
 impl BackendGreeting {
@@ -46,6 +48,14 @@ impl BackendGreeting {
                 .auth_plugin_name_ref()
                 .unwrap_or(NATIVE_PASSWORD.as_bytes())
                 .to_vec(),
+            mariadb_capabilities: if p
+                .capabilities()
+                .contains(CapabilityFlags::CLIENT_LONG_PASSWORD)
+            {
+                0
+            } else {
+                p.mariadb_ext_capabilities().bits()
+            },
         })
     }
 }
@@ -59,6 +69,8 @@ pub struct Greeting<'a> {
     pub collation: u8,
     pub status: u16,
     pub auth_plugin: &'a str,
+    /// MariaDB extended capabilities offered (sent only when CLIENT_LONG_PASSWORD is clear).
+    pub mariadb_capabilities: u32,
 }
 
 impl Greeting<'_> {
@@ -78,7 +90,10 @@ impl Greeting<'_> {
             self.collation,
             StatusFlags::from_bits_truncate(self.status),
             Some(self.auth_plugin.as_bytes()),
-        );
+        )
+        .with_mariadb_ext_capabilities(MariadbCapabilities::from_bits_truncate(
+            self.mariadb_capabilities,
+        ));
         let mut out = Vec::with_capacity(128);
         packet.serialize(&mut out);
         out
@@ -97,6 +112,8 @@ pub struct HandshakeResponse<'a> {
     pub auth_plugin: Option<&'a [u8]>,
     /// The connection attributes exactly as sent (length-encoded block), passed on to the backend.
     pub connect_attrs: Option<&'a [u8]>,
+    /// MariaDB extended capabilities (the last 4 bytes of the filler).
+    pub mariadb_capabilities: u32,
 }
 
 /// Why a handshake response could not be read.
@@ -130,7 +147,8 @@ impl<'a> HandshakeResponse<'a> {
         }
         let max_packet_size = r.u32().ok_or(HandshakeError::Malformed)?;
         let collation = r.u8().ok_or(HandshakeError::Malformed)?;
-        r.bytes(23).ok_or(HandshakeError::Malformed)?;
+        r.bytes(19).ok_or(HandshakeError::Malformed)?;
+        let mariadb_capabilities = r.u32().ok_or(HandshakeError::Malformed)?;
         let user = r.null_terminated().ok_or(HandshakeError::Malformed)?;
         let auth_response = if caps.contains(C::CLIENT_PLUGIN_AUTH_LENENC_CLIENT_DATA) {
             r.lenenc_bytes()
@@ -166,6 +184,7 @@ impl<'a> HandshakeResponse<'a> {
             database: database.filter(|d| !d.is_empty()),
             auth_plugin: auth_plugin.filter(|p| !p.is_empty()),
             connect_attrs,
+            mariadb_capabilities,
         })
     }
 
@@ -176,7 +195,8 @@ impl<'a> HandshakeResponse<'a> {
         out.put_u32_le(self.capabilities.bits());
         out.put_u32_le(self.max_packet_size);
         out.put_u8(self.collation);
-        out.put_bytes(0, 23);
+        out.put_bytes(0, 19);
+        out.put_u32_le(self.mariadb_capabilities);
         out.put_slice(self.user);
         out.put_u8(0);
         if self
@@ -218,6 +238,7 @@ mod tests {
             database: Some(b"test"),
             auth_plugin: Some(b"mysql_native_password"),
             connect_attrs: Some(&[4, 1, b'a', 1, b'b']),
+            mariadb_capabilities: 8,
         }
     }
 
@@ -238,6 +259,7 @@ mod tests {
         assert_eq!(parsed.auth_plugin, Some(&b"mysql_native_password"[..]));
         assert_eq!(parsed.connect_attrs, original.connect_attrs);
         assert_eq!(parsed.collation, 45);
+        assert_eq!(parsed.mariadb_capabilities, 8);
     }
 
     #[test]
@@ -263,6 +285,7 @@ mod tests {
             collation: 45,
             status: 2,
             auth_plugin: NATIVE_PASSWORD,
+            mariadb_capabilities: 8,
         }
         .encode();
         let parsed = BackendGreeting::parse(&g).unwrap();

@@ -19,9 +19,11 @@
 mod classify;
 mod lexer;
 mod reserved;
+mod rewrite;
 mod statements;
 
 pub use classify::classify;
+pub use rewrite::rewrite;
 pub use statements::{parse_virtual, SyntaxError, TableName, VirtualStatement};
 
 /// What the proxy does with one statement.
