@@ -19,11 +19,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::cache::{DueCache, Entry};
+use super::schedule::Schedule;
 use super::state;
 use super::table::MessageTable;
 
 /// Rows deleted per purge statement, so a large purge never holds locks for long.
 pub const PURGE_BATCH: u64 = 500;
+
+/// A polled row: id key, priority, time_next.
+type PolledRow = (Value, i64, i64);
 
 /// A batch of messages offered to one subscriber.
 pub type Batch = Vec<Entry>;
@@ -42,6 +46,8 @@ pub struct TableManager {
 
 struct State {
     cache: DueCache,
+    /// Entries due at a known moment soon (sent rows' next redelivery, scheduled rows).
+    schedule: Schedule,
     /// Keys handed to a subscriber whose claim has not finished; never offered twice at once.
     in_flight: HashSet<Box<[u8]>>,
     subscribers: Vec<Subscriber>,
@@ -72,8 +78,8 @@ impl Drop for Subscription {
 
 impl Subscription {
     /// Reports that the last batch is finished (sent or not); the subscriber may get another.
-    pub fn batch_done(&self, batch: &[Entry]) {
-        self.manager.batch_done(self.id, batch);
+    pub fn batch_done(&self, batch: &[Entry], sent: Vec<Entry>) {
+        self.manager.batch_done(self.id, batch, sent);
     }
 
     pub fn manager(&self) -> &Arc<TableManager> {
@@ -92,6 +98,7 @@ impl TableManager {
             definition: RwLock::new(Arc::new(definition)),
             state: Mutex::new(State {
                 cache: DueCache::new(capacity),
+                schedule: Schedule::new(capacity),
                 in_flight: HashSet::new(),
                 subscribers: Vec::new(),
                 next: 0,
@@ -121,6 +128,7 @@ impl TableManager {
         let mut state = self.lock();
         if state.cache.capacity() != capacity {
             state.cache = DueCache::new(capacity);
+            state.schedule = Schedule::new(capacity);
         }
         drop(state);
         self.request_poll();
@@ -164,10 +172,14 @@ impl TableManager {
         state.subscribers.retain(|s| s.id != id);
     }
 
-    fn batch_done(&self, id: u64, batch: &[Entry]) {
+    fn batch_done(&self, id: u64, batch: &[Entry], sent: Vec<Entry>) {
         let mut state = self.lock();
         for e in batch {
             state.in_flight.remove(&e.key);
+        }
+        // Sent rows are due again when their ack wait passes, unless acked meanwhile.
+        for e in sent {
+            state.schedule.insert(e);
         }
         if let Some(s) = state.subscribers.iter_mut().find(|s| s.id == id) {
             s.busy = false;
@@ -184,7 +196,11 @@ impl TableManager {
         let mut next_tick = Instant::now();
         loop {
             let interval = self.definition().options.poller_interval;
+            let wake = self
+                .next_scheduled()
+                .map_or(next_tick, |t| t.min(next_tick));
             tokio::select! {
+                _ = tokio::time::sleep_until(wake), if wake < next_tick => {}
                 _ = tokio::time::sleep_until(next_tick) => {
                     // With nobody streaming there is nobody to fill the cache for; a new
                     // subscriber triggers a poll of its own. Purging runs regardless.
@@ -207,6 +223,13 @@ impl TableManager {
         }
     }
 
+    /// When the earliest scheduled entry becomes due, as an `Instant`.
+    fn next_scheduled(&self) -> Option<Instant> {
+        let at = self.lock().schedule.next_time()?;
+        let wait_ns = at.saturating_sub(state::now_ns()).max(0) as u64;
+        Some(Instant::now() + std::time::Duration::from_nanos(wait_ns))
+    }
+
     fn has_subscribers(&self) -> bool {
         !self.lock().subscribers.is_empty()
     }
@@ -217,6 +240,11 @@ impl TableManager {
         let batch_size = self.definition().options.batch_size;
         let mut guard = self.lock();
         let state = &mut *guard;
+        for e in state.schedule.take_due(state::now_ns()) {
+            if !state.in_flight.contains(&e.key) {
+                state.cache.insert(e);
+            }
+        }
         let n = state.subscribers.len();
         let mut idle_seen = false;
         for _ in 0..n {
@@ -266,20 +294,21 @@ impl TableManager {
             due = state::due_sql(now),
             limit = def.options.cache_size,
         );
+        // Rows scheduled before the next poll, so they go out on time (see `schedule`).
+        let horizon = now.saturating_add(super::backoff::duration_ns(def.options.poller_interval));
+        let soon_sql = format!(
+            "SELECT {key}, {prio}, `time_next` FROM {table} WHERE {unacked} AND `time_next` > {now} AND `time_next` <= {horizon} ORDER BY `time_next` LIMIT {limit}",
+            key = def.key_sql(),
+            prio = if def.has_priority { "COALESCE(`priority`, 0)" } else { "0" },
+            table = def.qualified(),
+            unacked = state::UNACKED_SQL,
+            limit = def.options.cache_size,
+        );
         let started = std::time::Instant::now();
-        let rows: Vec<(Value, i64, i64)> = match self.pool.get_conn().await {
-            Ok(mut conn) => match conn.query(&sql).await {
-                Ok(rows) => rows,
-                Err(e) => {
-                    warn!("polling {} failed: {e}", def.qualified());
-                    return;
-                }
-            },
+        let (rows, soon) = match self.query_two(&sql, &soon_sql).await {
+            Ok(r) => r,
             Err(e) => {
-                warn!(
-                    "polling {} failed: cannot reach the backend: {e}",
-                    def.qualified()
-                );
+                warn!("polling {} failed: {e}", def.qualified());
                 return;
             }
         };
@@ -300,6 +329,28 @@ impl TableManager {
                 time_next,
             });
         }
+        state.schedule.clear();
+        for (key, priority, time_next) in soon {
+            if let Some(key) = value_bytes(key) {
+                state.schedule.insert(Entry {
+                    key,
+                    priority,
+                    time_next,
+                });
+            }
+        }
+    }
+
+    /// Runs the two poll queries on one pooled connection.
+    async fn query_two(
+        &self,
+        first: &str,
+        second: &str,
+    ) -> Result<(Vec<PolledRow>, Vec<PolledRow>), mysql_async::Error> {
+        let mut conn = self.pool.get_conn().await?;
+        let a = conn.query(first).await?;
+        let b = conn.query(second).await?;
+        Ok((a, b))
     }
 
     /// Deletes acked rows older than `vt_purge_after`, a batch at a time.

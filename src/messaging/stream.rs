@@ -113,9 +113,13 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 };
                 let def = subscription.manager().definition();
                 let result = claim_and_send(client, backend, deprecate_eof, &def, &batch, &mut seq).await;
-                subscription.batch_done(&batch);
+                let sent = match &result {
+                    Ok(sent) => sent.clone(),
+                    Err(_) => Vec::new(),
+                };
+                subscription.batch_done(&batch, sent);
                 match result {
-                    Ok(()) | Err(BatchError::Transient) => {}
+                    Ok(_) | Err(BatchError::Transient) => {}
                     Err(BatchError::Client(e)) => {
                         debug!("stream client left: {e}");
                         return StreamEnd::Closed;
@@ -140,7 +144,8 @@ async fn write_all<S: AsyncWrite + Unpin>(
     w.flush().await
 }
 
-/// Claims what it can of `batch` and writes the claimed rows to the client.
+/// Claims what it can of `batch` and writes the claimed rows to the client. Returns the rows
+/// sent, each with its new `time_next`.
 async fn claim_and_send<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut PacketReader<S>,
     backend: &mut Backend,
@@ -148,32 +153,46 @@ async fn claim_and_send<S: AsyncRead + AsyncWrite + Unpin>(
     def: &MessageTable,
     batch: &[Entry],
     seq: &mut u8,
-) -> Result<(), BatchError> {
+) -> Result<Vec<Entry>, BatchError> {
     let literals: Vec<String> = batch
         .iter()
         .filter_map(|e| def.id_literal(&e.key))
         .collect();
     if literals.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
-    let rows = claim(backend, deprecate_eof, def, &literals).await?;
-    if rows.is_empty() {
-        return Ok(());
+    let claimed = claim(backend, deprecate_eof, def, &literals).await?;
+    if claimed.is_empty() {
+        return Ok(Vec::new());
     }
     let mut out = BytesMut::new();
-    for row in &rows {
-        *seq = encode_packet(&mut out, *seq, row);
+    let mut sent = Vec::with_capacity(claimed.len());
+    for (row, key, time_next) in claimed {
+        *seq = encode_packet(&mut out, *seq, &row);
+        let priority = batch
+            .iter()
+            .find(|e| e.key == key)
+            .map_or(0, |e| e.priority);
+        sent.push(Entry {
+            key,
+            priority,
+            time_next,
+        });
     }
-    write_all(client, &out).await.map_err(BatchError::Client)
+    write_all(client, &out).await.map_err(BatchError::Client)?;
+    Ok(sent)
 }
 
-/// The claim transaction. Returns the claimed rows' payloads, trimmed to the stream columns.
+/// A claimed row: its payload trimmed to the stream columns, its key, its new `time_next`.
+type Claimed = (BytesMut, Box<[u8]>, i64);
+
+/// The claim transaction.
 async fn claim(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
     literals: &[String],
-) -> Result<Vec<BytesMut>, BatchError> {
+) -> Result<Vec<Claimed>, BatchError> {
     let now = state::now_ns();
     let stream_columns = def.stream_columns.len();
     exec(backend, deprecate_eof, "START TRANSACTION").await?;
@@ -219,10 +238,11 @@ async fn claim(
         let time_next = backoff::next_time_next(now, epoch, &def.options, backoff::random_jitter());
         cases.push_str(&format!(" WHEN {literal} THEN {time_next}"));
         ids.push(literal);
+        let key: Box<[u8]> = (*key).into();
         let keep = wire::text_row_prefix_len(&row, stream_columns)
             .ok_or(BatchError::Backend(BackendError::Protocol))?;
         row.truncate(keep);
-        claimed.push(row);
+        claimed.push((row, key, time_next));
     }
     if claimed.is_empty() {
         exec(backend, deprecate_eof, "COMMIT").await?;

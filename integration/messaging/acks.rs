@@ -1,0 +1,383 @@
+//! Redelivery and backoff (the claim written to the database before each send), both ways of
+//! acking, and purging.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use super::harness::{ack, comment, exec, ids, now_ns, secs, Env, Msg, Stream, SEC};
+
+/// The claim of MESSAGING.md §5, in seconds: `max` 0 means no cap.
+struct Backoff {
+    ack_wait: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Backoff {
+    /// The smallest and largest `time_next - claim time` for a row whose epoch was `epoch`
+    /// before the send, in ns (f64: 2^epoch may exceed i64).
+    fn delay_ns(&self, epoch: i64) -> (f64, f64) {
+        let clamp = |v: f64| {
+            let v = v.max(self.min);
+            if self.max > 0.0 {
+                v.min(self.max)
+            } else {
+                v
+            }
+        };
+        let base = self.min * 2f64.powi(epoch as i32);
+        (
+            (self.ack_wait + clamp(base * 0.666)) * 1e9,
+            (self.ack_wait + clamp(base * 1.333)) * 1e9,
+        )
+    }
+
+    /// Checks a claim: the row (epoch `before` before this send) was claimed no earlier than
+    /// `claim_lo` and no later than `m.at_ns`, and now has `time_next`/`epoch` per the formula.
+    async fn check(&self, env: &Env, table: &str, m: &Msg, before: i64, claim_lo: i64) -> i64 {
+        let s = env.state(table, m.id).await;
+        assert_eq!(
+            s.epoch,
+            Some(before + 1),
+            "row {} after a send: epoch {before} + 1 expected: {s:?}",
+            m.id
+        );
+        let next = s
+            .time_next
+            .unwrap_or_else(|| panic!("row {} after a send has no time_next: {s:?}", m.id));
+        let (lo, hi) = self.delay_ns(before);
+        let slack = 5e6;
+        let lo_bound = claim_lo as f64 + lo - slack;
+        let hi_bound = m.at_ns as f64 + hi + slack;
+        assert!(
+            next as f64 >= lo_bound && next as f64 <= hi_bound,
+            "row {} send #{}: time_next is {:.3} s after the send, expected between {:.3} s \
+             (claim no earlier than {:.3} s before the send, + {:.3} s) and {:.3} s \
+             (ack_wait {} + clamp(min_backoff {} * 2^{before} * [0.666, 1.333], {}, {}))",
+            m.id,
+            before + 1,
+            (next - m.at_ns) as f64 / 1e9,
+            (lo_bound - m.at_ns as f64) / 1e9,
+            (m.at_ns - claim_lo) as f64 / 1e9,
+            lo / 1e9,
+            hi_bound / 1e9 - m.at_ns as f64 / 1e9,
+            self.ack_wait,
+            self.min,
+            self.min,
+            if self.max > 0.0 { self.max.to_string() } else { "no cap".into() }
+        );
+        next
+    }
+}
+
+/// Receives messages until `done` says so or `wait_s` passes; checks each against the claim
+/// formula. `seeded` gives the epoch each id had at insert. Returns the deliveries per id.
+async fn watch_claims(
+    env: &Env,
+    stream: &mut Stream,
+    table: &str,
+    backoff: &Backoff,
+    inserted_at: i64,
+    seeded: &BTreeMap<i64, i64>,
+    wait_s: f64,
+    done: impl Fn(&BTreeMap<i64, Vec<Msg>>) -> bool,
+) -> BTreeMap<i64, Vec<Msg>> {
+    let deadline = Instant::now() + secs(wait_s);
+    let mut seen: BTreeMap<i64, Vec<Msg>> = BTreeMap::new();
+    // per id: (epoch before the next send, the earliest the next claim may happen)
+    let mut expect: BTreeMap<i64, (i64, i64)> = seeded
+        .iter()
+        .map(|(id, e)| (*id, (*e, inserted_at)))
+        .collect();
+    while !done(&seen) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(m) = stream.recv(left).await else {
+            let counts: Vec<(i64, usize)> = seen.iter().map(|(k, v)| (*k, v.len())).collect();
+            panic!(
+                "{table}: stopped receiving after {wait_s} s; deliveries per id {counts:?}\n{}",
+                env.log()
+            );
+        };
+        let &(before, claim_lo) = expect
+            .get(&m.id)
+            .unwrap_or_else(|| panic!("{table}: unexpected message {}", m.id));
+        if before > 0 && claim_lo > inserted_at {
+            // A redelivery: not before the previous time_next, and within a poll after it.
+            let early = claim_lo - m.at_ns;
+            assert!(
+                early <= 0,
+                "row {} resent {} ms before its time_next",
+                m.id,
+                early / 1_000_000
+            );
+            assert!(
+                -early < 1_700_000_000,
+                "row {} resent {} ms after its time_next (vt_poller_interval 1 s)",
+                m.id,
+                -early / 1_000_000
+            );
+        }
+        let next = if before >= 40 {
+            // 2^epoch seconds overflows i64 ns: only "far in the future, or capped" is asked.
+            let s = env.state(table, m.id).await;
+            assert_eq!(s.epoch, Some(before + 1), "row {}: {s:?}", m.id);
+            let next = s.time_next.unwrap_or(0);
+            if backoff.max > 0.0 {
+                let (lo, hi) = backoff.delay_ns(before);
+                assert!(
+                    next as f64 >= claim_lo as f64 + lo - 5e6
+                        && next as f64 <= m.at_ns as f64 + hi + 5e6,
+                    "row {} (epoch {before}): time_next {:.3} s after the send, expected the \
+                     cap: ack_wait + max_backoff = {:.3} s",
+                    m.id,
+                    (next - m.at_ns) as f64 / 1e9,
+                    hi / 1e9
+                );
+            } else {
+                assert!(
+                    next > m.at_ns + 1_000_000 * SEC,
+                    "row {} (epoch {before}, no cap): time_next must be far in the future, \
+                     without overflowing; it is {:.3} s after the send ({s:?})",
+                    m.id,
+                    (next - m.at_ns) as f64 / 1e9
+                );
+            }
+            next
+        } else {
+            backoff.check(env, table, &m, before, claim_lo).await
+        };
+        expect.insert(m.id, (before + 1, next));
+        seen.entry(m.id).or_default().push(m);
+    }
+    seen
+}
+
+/// Unacked messages come back after the ack wait, with `epoch` + 1 and `time_next` per the
+/// formula each time (min_backoff defaults to ack_wait; no cap). A huge epoch must not overflow.
+#[tokio::test]
+async fn redelivery_follows_the_backoff_formula() {
+    let env = Env::new("msg_backoff").await;
+    env.via_proxy(&format!(
+        "create table redo(id bigint primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(20)) comment '{}'",
+        comment("1", 10, "1", "")
+    ))
+    .await;
+    let mut stream = env.stream("redo").await;
+    let inserted_at = now_ns();
+    env.via_proxy(
+        "insert into redo(id, epoch, message) values (1, 0, 'again'), (2, 5, 'epoch 5'), \
+         (3, 62, 'epoch 62')",
+    )
+    .await;
+    let backoff = Backoff {
+        ack_wait: 1.0,
+        min: 1.0,
+        max: 0.0,
+    };
+    let seeded = BTreeMap::from([(1, 0), (2, 5), (3, 62)]);
+    // Row 1: sends at ~0, ~2.2, ~5.2 s. Rows 2 (time_next +22..44 s) and 3 (far future): once.
+    let seen = watch_claims(&env, &mut stream, "redo", &backoff, inserted_at, &seeded, 9.0, |s| {
+        s.get(&1).is_some_and(|v| v.len() >= 3)
+    })
+    .await;
+    assert_eq!(seen.get(&2).map(Vec::len), Some(1), "row 2 sent once");
+    assert_eq!(seen.get(&3).map(Vec::len), Some(1), "row 3 sent once");
+    let first = &seen[&1][0];
+    for m in &seen[&1] {
+        assert_eq!(m.values, first.values, "a redelivery carries the same row");
+    }
+    env.proxy.assert_alive();
+}
+
+/// With vt_max_backoff the delay is capped, however large the epoch.
+#[tokio::test]
+async fn redelivery_backoff_is_capped_by_max_backoff() {
+    let env = Env::new("msg_backoff_cap").await;
+    env.via_proxy(&format!(
+        "create table capped(id bigint primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(20)) comment '{}'",
+        comment("1", 10, "1", ",vt_min_backoff=1,vt_max_backoff=2")
+    ))
+    .await;
+    let mut stream = env.stream("capped").await;
+    let inserted_at = now_ns();
+    env.via_proxy(
+        "insert into capped(id, epoch, message) values (1, 0, 'again'), (2, 5, 'epoch 5'), \
+         (3, 62, 'epoch 62')",
+    )
+    .await;
+    let backoff = Backoff {
+        ack_wait: 1.0,
+        min: 1.0,
+        max: 2.0,
+    };
+    let seeded = BTreeMap::from([(1, 0), (2, 5), (3, 62)]);
+    // Row 1: epochs 0, 1, 2 (2 is capped: 1 + 2 s); rows 2 and 3 capped from the start, so
+    // they come back after 3 s too.
+    let seen = watch_claims(
+        &env,
+        &mut stream,
+        "capped",
+        &backoff,
+        inserted_at,
+        &seeded,
+        9.0,
+        |s| s.values().filter(|v| v.len() >= 2).count() == 3 && s[&1].len() >= 3,
+    )
+    .await;
+    eprintln!(
+        "deliveries: {:?}",
+        seen.iter().map(|(k, v)| (*k, v.len())).collect::<Vec<_>>()
+    );
+}
+
+/// `ACK t ids` and the Vitess UPDATE both return the rows newly acked; acked rows are never sent
+/// again; an ACK in a rolled-back transaction acks nothing.
+#[tokio::test]
+async fn both_ack_forms_and_transactions() {
+    let env = Env::new("msg_acks").await;
+    env.via_proxy(&format!(
+        "create table acked(id bigint primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(20)) comment '{}'",
+        comment("1", 10, "1", "")
+    ))
+    .await;
+    let mut stream = env.stream("acked").await;
+    env.via_proxy("insert into acked(id, message) values (1,'a'),(2,'b'),(3,'c'),(4,'d'),(5,'e'),(6,'f')")
+        .await;
+    let got = stream.recv_n(6, secs(2.0)).await;
+    assert_eq!(got.iter().map(|m| m.id).collect::<BTreeSet<_>>(), (1..=6).collect());
+
+    let mut c = env.proxy_conn().await;
+    let mut results = Vec::new();
+    let vitess_ack = |ids: &str| {
+        format!(
+            "update acked set time_acked = {}, time_next = null where id in ({ids}) and time_acked is null",
+            now_ns()
+        )
+    };
+    results.push(("ACK acked 1, 2", ack(&mut c, "acked", &[1, 2]).await, 2));
+    results.push(("ACK acked 1 (again)", ack(&mut c, "acked", &[1]).await, 0));
+    results.push(("ACK acked 2, 1 (again)", ack(&mut c, "acked", &[2, 1]).await, 0));
+    results.push(("ACK acked 99 (unknown)", ack(&mut c, "acked", &[99]).await, 0));
+    let n = exec(&mut c, &vitess_ack("3, 2")).await.expect("vitess ack");
+    results.push(("UPDATE ... id in (3, 2)", n, 1));
+    let n = exec(&mut c, &vitess_ack("3")).await.expect("vitess ack");
+    results.push(("UPDATE ... id in (3) (again)", n, 0));
+    let n = env.direct(&vitess_ack("5")).await;
+    results.push(("UPDATE ... id in (5) straight to the server", n, 1));
+    exec(&mut c, "BEGIN").await.expect("begin");
+    results.push(("ACK acked 4 in a transaction", ack(&mut c, "acked", &[4]).await, 1));
+    exec(&mut c, "ROLLBACK").await.expect("rollback");
+    exec(&mut c, "BEGIN").await.expect("begin");
+    let n = exec(&mut c, &vitess_ack("6")).await.expect("vitess ack");
+    results.push(("UPDATE ... id in (6) in a transaction", n, 1));
+    exec(&mut c, "ROLLBACK").await.expect("rollback");
+    let wrong: Vec<_> = results.iter().filter(|r| r.1 != r.2).collect();
+    assert!(
+        wrong.is_empty(),
+        "affected rows (what, got, expected): {wrong:?}\nall: {results:?}"
+    );
+
+    let states = env.states("acked").await;
+    for id in [1, 2, 3, 5] {
+        let s = states[&id];
+        assert!(
+            s.time_acked.is_some_and(|t| t > 0) && s.time_next.is_none(),
+            "row {id} acked: {s:?}"
+        );
+    }
+    for id in [4, 6] {
+        assert_eq!(states[&id].time_acked, None, "row {id}: the ack was rolled back");
+    }
+
+    // 4 and 6 come back (after ~2-2.3 s); ack each as it arrives (committed this time).
+    let mut back = BTreeSet::new();
+    let deadline = Instant::now() + secs(4.5);
+    while back.len() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let m = stream
+            .recv(left)
+            .await
+            .unwrap_or_else(|| panic!("rows 4 and 6 (ack rolled back) not resent; got {back:?}"));
+        assert!(
+            m.id == 4 || m.id == 6,
+            "row {} was acked and must never be sent again",
+            m.id
+        );
+        exec(&mut c, "BEGIN").await.expect("begin");
+        assert_eq!(ack(&mut c, "acked", &[m.id]).await, 1);
+        exec(&mut c, "COMMIT").await.expect("commit");
+        back.insert(m.id);
+    }
+    // More than two ack windows (the next would have been ack_wait + up to 2.67 s).
+    let more = stream.drain(secs(4.5)).await;
+    assert!(
+        more.is_empty(),
+        "acked messages sent again: {:?}",
+        ids(&more)
+    );
+}
+
+/// Acked rows older than vt_purge_after disappear (in batches, with no stream connected);
+/// unacked rows and rows with time_acked = 0 stay.
+#[tokio::test]
+async fn purge_removes_acked_rows_only() {
+    let env = Env::new("msg_purge").await;
+    env.via_proxy(&format!(
+        "create table purged(id bigint primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(20)) comment '{}'",
+        comment("1", 10, "1", "")
+    ))
+    .await;
+    let now = now_ns();
+    let far = now + 3600 * SEC;
+    env.direct(&format!(
+        "insert into purged(id, time_acked, time_next, message) \
+         select seq, {}, NULL, 'old' from seq_1_to_1200",
+        now - 10 * SEC
+    ))
+    .await;
+    env.direct(&format!(
+        "insert into purged(id, time_acked, time_next, message) values
+           (2001, {now}, NULL, 'acked now'),
+           (2002, NULL, {far}, 'unacked'),
+           (2003, 0, {far}, 'acked 0'),
+           (2004, NULL, NULL, 'unacked, due')"
+    ))
+    .await;
+    env.via_proxy(&format!(
+        "insert into purged(id, time_next, message) values (2005, {far}, 'acked by ACK')"
+    ))
+    .await;
+    let mut c = env.proxy_conn().await;
+    assert_eq!(ack(&mut c, "purged", &[2005]).await, 1);
+
+    tokio::time::sleep(secs(0.5)).await;
+    let states = env.states("purged").await;
+    for id in [2001, 2005] {
+        assert!(
+            states.contains_key(&id),
+            "row {id} was acked less than vt_purge_after (1 s) ago and must not be purged yet"
+        );
+    }
+    let keep: Vec<i64> = vec![2002, 2003, 2004];
+    let purged = crate::support::eventually(6, async || {
+        env.states("purged").await.keys().copied().collect::<Vec<_>>() == keep
+    })
+    .await;
+    let left = env.states("purged").await;
+    assert!(
+        purged,
+        "after 6 s expected only {keep:?} left; {} rows left, e.g. {:?}",
+        left.len(),
+        left.iter().take(5).collect::<Vec<_>>()
+    );
+    tokio::time::sleep(secs(2.0)).await;
+    assert_eq!(
+        env.states("purged").await.keys().copied().collect::<Vec<_>>(),
+        keep,
+        "unacked rows and time_acked = 0 rows are never purged"
+    );
+}

@@ -1,0 +1,26 @@
+//! Message tables end to end (../shared/MESSAGING.md): `STREAM * FROM t`, `ACK`, the Vitess SQL
+//! ack, claims and backoff in the database, polling, purging, several streams and several
+//! proxies, and the errors. Each test has its own database (`msg_<test>`) on the shared MariaDB
+//! and its own proxy; tables are created through the proxy so it loads them at once.
+//!
+//! The tests wait on real time (ack waits and poll intervals of about a second), so they are
+//! meant to run in parallel:
+//!
+//!     cargo test --test integration messaging:: -- --test-threads=32
+//!
+//! Layout:
+//! - `harness` — the test environment, the stream client, row inspection helpers.
+//! - `columns` — which columns a stream carries and how (RFC table, current Vitess layout, user
+//!   column types, `vt_message_cols`).
+//! - `arrival` — when messages arrive: rows inserted before a stream, transactions, insert
+//!   constructs, scheduling, priority order, NULL/0 seeds.
+//! - `acks` — redelivery and backoff, both ack forms, purging.
+//! - `streams` — several streams, several proxies, streams that go away.
+//! - `errors` — what `STREAM`/`ACK` answer when they cannot work.
+
+mod acks;
+mod arrival;
+mod columns;
+mod errors;
+mod harness;
+mod streams;

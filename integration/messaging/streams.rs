@@ -1,0 +1,230 @@
+//! Several streams on one table, several proxies on one database, and streams that go away.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use mysql_async::Conn;
+
+use super::harness::{
+    ack, assert_each_once, comment, counts, exec, ids, secs, Env, Msg, Stream,
+};
+
+fn table_sql(name: &str, comment: &str) -> String {
+    format!(
+        "create table {name}(id bigint primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(50)) comment '{comment}'"
+    )
+}
+
+/// Two streams share the work (each message to one of them); when one goes away, the other gets
+/// everything new at once, and the gone one's unacked messages after the ack wait.
+#[tokio::test]
+async fn two_streams_share_and_the_survivor_takes_over() {
+    let env = Env::new("msg_two_streams").await;
+    // ack_wait 2, min_backoff 2: a sent message is due again 4..4.67 s later.
+    env.via_proxy(&table_sql("shared", &comment("2", 2, "1", "")))
+        .await;
+    let mut a = env.stream("shared").await;
+    let mut b = env.stream("shared").await;
+    let started = Instant::now();
+    env.via_proxy(&format!(
+        "insert into shared(id, message) values {}",
+        (1..=20)
+            .map(|i| format!("({i}, 'm{i}')"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .await;
+    let (got_a, got_b) = tokio::join!(a.drain(secs(1.5)), b.drain(secs(1.5)));
+    let (ids_a, ids_b) = (ids(&got_a), ids(&got_b));
+    let all: Vec<i64> = ids_a.iter().chain(&ids_b).copied().collect();
+    assert_each_once(&all, 1..=20, "20 messages over two streams within one ack window");
+    assert!(
+        ids_a.len() >= 4 && ids_b.len() >= 4,
+        "round-robin in batches of at most 2 should split 20 messages about evenly; \
+         A got {ids_a:?}, B got {ids_b:?}"
+    );
+
+    let mut acker = env.proxy_conn().await;
+    assert_eq!(ack(&mut acker, "shared", &ids_b).await, ids_b.len() as u64);
+    a.close();
+    tokio::time::sleep(secs(0.3)).await;
+
+    let mut c = env.proxy_conn().await;
+    for id in 21..=30 {
+        exec(&mut c, &format!("insert into shared(id, message) values ({id}, 'new')"))
+            .await
+            .expect("insert");
+    }
+    let new = b.recv_n(10, secs(2.0)).await;
+    assert_each_once(&ids(&new), 21..=30, "new messages after A went away, all to B");
+    assert_eq!(ack(&mut acker, "shared", &ids(&new)).await, 10);
+
+    // A's unacked messages come back to B after the ack wait.
+    let mut back: Vec<i64> = Vec::new();
+    let deadline = started + secs(8.0);
+    let want: BTreeSet<i64> = ids_a.iter().copied().collect();
+    while back.iter().copied().collect::<BTreeSet<_>>() != want {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(m) = b.recv(left).await else { break };
+        assert_eq!(ack(&mut acker, "shared", &[m.id]).await, 1, "ack {}", m.id);
+        back.push(m.id);
+    }
+    assert_each_once(
+        &back,
+        ids_a.clone(),
+        "A's unacked messages, resent to B (B's own were acked)",
+    );
+    let more = b.drain(secs(1.0)).await;
+    assert!(more.is_empty(), "everything was acked; got {:?}", ids(&more));
+}
+
+/// Two proxies on the same database, one stream each, 300 messages inserted fast through both
+/// proxies and straight to the server; consumers ack at once. Every message is delivered, and
+/// none twice (vt_ack_wait 5 s is far longer than any ack takes).
+#[tokio::test]
+async fn two_proxies_never_deliver_a_message_twice() {
+    let env = Env::new("msg_two_proxies").await;
+    env.via_proxy(&table_sql("multi", &comment("5", 10, "1", "")))
+        .await;
+    let proxy2 = env.second_proxy();
+    let s1 = env.stream_on(&env.proxy, "multi").await;
+    let s2 = env.stream_on(&proxy2, "multi").await;
+    let ack1 = super::harness::connect(env.proxy.port(), &env.db).await;
+    let ack2 = super::harness::connect(proxy2.port(), &env.db).await;
+
+    const N: i64 = 300;
+    let acked = RefCell::new(BTreeSet::new());
+    let log: RefCell<Vec<(i64, &'static str, Instant, u64)>> = RefCell::new(Vec::new());
+    let started = Instant::now();
+    let deadline = started + secs(20.0);
+
+    let consume = |mut stream: Stream, mut conn: Conn, name: &'static str| {
+        let acked = &acked;
+        let log = &log;
+        async move {
+            let mut quiet_since: Option<Instant> = None;
+            loop {
+                if Instant::now() > deadline {
+                    break;
+                }
+                // Keep listening one more second after everything is acked: late duplicates.
+                if acked.borrow().len() as i64 == N {
+                    let since = *quiet_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > secs(1.0) {
+                        break;
+                    }
+                }
+                if let Some(m) = stream.recv(Duration::from_millis(100)).await {
+                    let n = ack(&mut conn, "multi", &[m.id]).await;
+                    acked.borrow_mut().insert(m.id);
+                    log.borrow_mut().push((m.id, name, m.at, n));
+                }
+            }
+            stream.close();
+        }
+    };
+    let insert = |port: u16, which: i64| {
+        let db = env.db.clone();
+        async move {
+            let mut c = super::harness::connect(port, &db).await;
+            for id in (1..=N).filter(|i| i % 3 == which) {
+                exec(&mut c, &format!("insert into multi(id, message) values ({id}, 'm')"))
+                    .await
+                    .expect("insert");
+            }
+        }
+    };
+    tokio::join!(
+        consume(s1, ack1, "proxy 1"),
+        consume(s2, ack2, "proxy 2"),
+        insert(env.proxy.port(), 1),
+        insert(proxy2.port(), 2),
+        insert(env.server.port(), 0),
+    );
+    let log = log.into_inner();
+    let per_id = counts(log.iter().map(|l| l.0));
+    let per_proxy = counts(log.iter().map(|l| if l.1 == "proxy 1" { 1 } else { 2 }));
+    eprintln!(
+        "{} deliveries in {:?}, per proxy {per_proxy:?}",
+        log.len(),
+        started.elapsed()
+    );
+    let twice: Vec<String> = per_id
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| {
+            let ds: Vec<String> = log
+                .iter()
+                .filter(|l| l.0 == *id)
+                .map(|l| format!("{} at {:?} (ack affected {})", l.1, l.2 - started, l.3))
+                .collect();
+            format!("{id}: {}", ds.join(", "))
+        })
+        .collect();
+    let missing: Vec<i64> = (1..=N).filter(|i| !per_id.contains_key(i)).collect();
+    assert!(
+        twice.is_empty() && missing.is_empty(),
+        "{} ids delivered more than once: {twice:#?}\nnever delivered: {missing:?}\n\
+         --- proxy 1 log ---\n{}\n--- proxy 2 log ---\n{}",
+        twice.len(),
+        env.log(),
+        super::harness::log_tail(&proxy2)
+    );
+    let states = env.states("multi").await;
+    let unacked: Vec<i64> = states
+        .iter()
+        .filter(|(_, s)| s.time_acked.is_none())
+        .map(|(id, _)| *id)
+        .collect();
+    assert!(unacked.is_empty(), "unacked after the run: {unacked:?}");
+    let _: BTreeMap<i64, Msg> = BTreeMap::new();
+}
+
+/// A stream whose client disconnects is dropped at once: messages inserted afterwards are not
+/// claimed for it, so a new stream gets them at once (not after an ack wait of 10+ s).
+#[tokio::test]
+async fn a_disconnected_stream_is_dropped_at_once() {
+    let env = Env::new("msg_gone").await;
+    // ack_wait 5, min_backoff 5: a message claimed for the gone client would be stuck 10+ s.
+    env.via_proxy(&table_sql("gone", &comment("5", 10, "1", "")))
+        .await;
+    let mut a = env.stream("gone").await;
+    env.via_proxy("insert into gone(id, message) values (1, 'to A')")
+        .await;
+    assert_eq!(a.recv(secs(2.0)).await.map(|m| m.id), Some(1));
+    a.close();
+    tokio::time::sleep(secs(0.3)).await;
+
+    env.via_proxy("insert into gone(id, message) values (2, 'nobody listening')")
+        .await;
+    env.via_proxy("insert into gone(id, message) values (3, 'nobody listening')")
+        .await;
+    tokio::time::sleep(secs(0.5)).await;
+    let states = env.states("gone").await;
+    assert_eq!(
+        (states[&2].epoch, states[&3].epoch),
+        (None, None),
+        "rows 2 and 3 were claimed although the only stream had gone: {states:?}"
+    );
+    let mut b = env.stream("gone").await;
+    let got = b.recv_n(2, secs(2.0)).await;
+    assert_each_once(&ids(&got), [2, 3], "rows inserted while no stream was connected");
+    env.via_proxy("insert into gone(id, message) values (4, 'to B')")
+        .await;
+    assert_eq!(b.recv(secs(1.0)).await.map(|m| m.id), Some(4));
+
+    // B walks away while C is connected: new rows all go to C at once.
+    let mut c = env.stream("gone").await;
+    b.close();
+    tokio::time::sleep(secs(0.3)).await;
+    let mut conn = env.proxy_conn().await;
+    for id in 5..=8 {
+        exec(&mut conn, &format!("insert into gone(id, message) values ({id}, 'to C')"))
+            .await
+            .expect("insert");
+    }
+    let got = c.recv_n(4, secs(2.0)).await;
+    assert_each_once(&ids(&got), 5..=8, "rows inserted after B went away, all to C");
+}
