@@ -26,9 +26,6 @@ use super::table::MessageTable;
 /// Rows deleted per purge statement, so a large purge never holds locks for long.
 pub const PURGE_BATCH: u64 = 500;
 
-/// A polled row: id key, priority, time_next.
-type PolledRow = (Value, i64, i64);
-
 /// A batch of messages offered to one subscriber.
 pub type Batch = Vec<Entry>;
 
@@ -284,28 +281,14 @@ impl TableManager {
     async fn poll(&self) {
         let def = self.definition();
         let now = state::now_ns();
-        let order = order_by(&def);
-        let sql = format!(
-            "SELECT {key}, {prio}, COALESCE(`time_next`, 0) FROM {table} WHERE {unacked} AND {due} ORDER BY {order} LIMIT {limit}",
-            key = def.key_sql(),
-            prio = if def.has_priority { "COALESCE(`priority`, 0)" } else { "0" },
-            table = def.qualified(),
-            unacked = state::UNACKED_SQL,
-            due = state::due_sql(now),
-            limit = def.options.cache_size,
-        );
         // Rows scheduled before the next poll, so they go out on time (see `schedule`).
         let horizon = now.saturating_add(super::backoff::duration_ns(def.options.poller_interval));
-        let soon_sql = format!(
-            "SELECT {key}, {prio}, `time_next` FROM {table} WHERE {unacked} AND `time_next` > {now} AND `time_next` <= {horizon} ORDER BY `time_next` LIMIT {limit}",
-            key = def.key_sql(),
-            prio = if def.has_priority { "COALESCE(`priority`, 0)" } else { "0" },
-            table = def.qualified(),
-            unacked = state::UNACKED_SQL,
-            limit = def.options.cache_size,
-        );
         let started = std::time::Instant::now();
-        let (rows, soon) = match self.query_two(&sql, &soon_sql).await {
+        let polled = match self.pool.get_conn().await {
+            Ok(mut conn) => super::poll::due_and_soon(&mut conn, &def, now, horizon).await,
+            Err(e) => Err(e),
+        };
+        let (rows, soon) = match polled {
             Ok(r) => r,
             Err(e) => {
                 warn!("polling {} failed: {e}", def.qualified());
@@ -339,18 +322,6 @@ impl TableManager {
                 });
             }
         }
-    }
-
-    /// Runs the two poll queries on one pooled connection.
-    async fn query_two(
-        &self,
-        first: &str,
-        second: &str,
-    ) -> Result<(Vec<PolledRow>, Vec<PolledRow>), mysql_async::Error> {
-        let mut conn = self.pool.get_conn().await?;
-        let a = conn.query(first).await?;
-        let b = conn.query(second).await?;
-        Ok((a, b))
     }
 
     /// Deletes acked rows older than `vt_purge_after`, a batch at a time.
