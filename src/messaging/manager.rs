@@ -26,6 +26,16 @@ use super::table::MessageTable;
 /// Rows deleted per purge statement, so a large purge never holds locks for long.
 pub const PURGE_BATCH: u64 = 500;
 
+/// The after image of a changed row, as far as the manager cares. `key` is in the form of
+/// `MessageTable::key_sql` (a number's decimal text, or the upper-case hex of a string's bytes).
+#[derive(Debug, Clone)]
+pub struct ChangedRow {
+    pub key: Box<[u8]>,
+    pub priority: Option<i64>,
+    pub time_next: Option<i64>,
+    pub time_acked: Option<i64>,
+}
+
 /// A batch of messages offered to one subscriber.
 pub type Batch = Vec<Entry>;
 
@@ -145,6 +155,51 @@ impl TableManager {
     pub fn request_poll(&self) {
         self.poll_requested.store(true, Ordering::Release);
         self.kick.notify_one();
+    }
+
+    /// A row of this table was inserted or updated by anyone (seen in the binlog): its after
+    /// image. Due rows join the cache at once, rows due soon the schedule; acked rows leave both.
+    /// Only a hint, like everything the manager holds: the claim re-checks the row.
+    pub fn row_changed(&self, row: ChangedRow) {
+        let now = state::now_ns();
+        let horizon = now.saturating_add(super::backoff::duration_ns(
+            self.definition().options.poller_interval,
+        ));
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if state::is_acked(row.time_acked) {
+            st.cache.remove(&row.key);
+            st.schedule.remove(&row.key);
+            return;
+        }
+        let entry = Entry {
+            key: row.key,
+            priority: row.priority.unwrap_or(0),
+            time_next: row.time_next.unwrap_or(0),
+        };
+        if st.in_flight.contains(&entry.key) {
+            return;
+        }
+        if state::is_due(row.time_next, now) {
+            st.schedule.remove(&entry.key);
+            st.cache.insert(entry);
+        } else {
+            st.cache.remove(&entry.key);
+            if entry.time_next <= horizon {
+                st.schedule.insert(entry);
+            } else {
+                st.schedule.remove(&entry.key);
+            }
+        }
+        drop(guard);
+        self.kick.notify_one();
+    }
+
+    /// A row of this table was deleted (seen in the binlog).
+    pub fn row_deleted(&self, key: &[u8]) {
+        let mut st = self.lock();
+        st.cache.remove(key);
+        st.schedule.remove(key);
     }
 
     pub fn subscribe(self: &Arc<Self>) -> Subscription {

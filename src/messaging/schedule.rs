@@ -69,6 +69,16 @@ impl Schedule {
         due
     }
 
+    pub fn remove(&mut self, key: &[u8]) -> bool {
+        match self.entries.remove(key) {
+            Some((time, _)) => {
+                self.by_time.remove(&(time, Box::from(key)));
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn clear(&mut self) {
         self.by_time.clear();
         self.entries.clear();
