@@ -111,7 +111,12 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
                     return StreamEnd::Closed;
                 };
-                let def = subscription.manager().definition();
+                // The current options (the table may have been altered), but this stream's own
+                // columns: the client was promised them. If one is gone, the claim fails with the
+                // server's error and the stream ends with it.
+                let mut current = (*subscription.manager().definition()).clone();
+                current.stream_columns = def.stream_columns.clone();
+                let def = current;
                 let result = claim_and_send(client, backend, deprecate_eof, &def, &batch, &mut seq).await;
                 let sent = match &result {
                     Ok(sent) => sent.clone(),
