@@ -3,7 +3,9 @@
 //! `@@socket` is the only one today. mysql_async (and the Rust `mysql` crate) ask for it right
 //! after connecting to a loopback address and, by default, reconnect over that Unix socket —
 //! straight to the server, silently bypassing the proxy and its message statements. Through the
-//! proxy there is no socket to offer, so `@@socket` reads as NULL, as on a server without one.
+//! proxy there is no socket to offer, so `@@socket` reads as an empty string: mysql_async then
+//! fails to open "" and stays on the proxy, and clients that read it as a string (the Go
+//! driver's own tests do) still get a string.
 
 /// The statement to send instead of `sql`, if it must change.
 pub fn rewrite(sql: &[u8]) -> Option<Vec<u8>> {
@@ -21,7 +23,7 @@ pub fn rewrite(sql: &[u8]) -> Option<Vec<u8>> {
         if candidate.eq_ignore_ascii_case(VARIABLE) && ends_word {
             let buf = out.get_or_insert_with(|| Vec::with_capacity(sql.len()));
             buf.extend_from_slice(&sql[copied..i]);
-            buf.extend_from_slice(b"NULL");
+            buf.extend_from_slice(b"''");
             i += VARIABLE.len();
             copied = i;
         } else {
@@ -38,14 +40,14 @@ mod tests {
     use super::rewrite;
 
     #[test]
-    fn socket_reads_as_null() {
+    fn socket_reads_as_an_empty_string() {
         assert_eq!(
             rewrite(b"SELECT @@max_allowed_packet,@@wait_timeout,@@socket").as_deref(),
-            Some(&b"SELECT @@max_allowed_packet,@@wait_timeout,NULL"[..])
+            Some(&b"SELECT @@max_allowed_packet,@@wait_timeout,''"[..])
         );
         assert_eq!(
             rewrite(b"select @@SOCKET as s").as_deref(),
-            Some(&b"select NULL as s"[..])
+            Some(&b"select '' as s"[..])
         );
     }
 

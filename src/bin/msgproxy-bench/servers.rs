@@ -1,0 +1,406 @@
+//! The processes under test: a throwaway MariaDB (or a server the user names) and msgproxy.
+//!
+//! Both are children that die with the bench (`PR_SET_PDEATHSIG`, set in `pre_exec`), so an
+//! interrupted run leaves no server behind; their files live in one work dir that is deleted at
+//! the end, and work dirs of earlier runs that were killed are removed at the next start.
+
+use std::fs;
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::wire::Target;
+
+/// The bench's work dir: `$TMPDIR/msgproxy-bench-<pid>`, removed on drop.
+pub struct WorkDir {
+    pub path: PathBuf,
+    keep: bool,
+}
+
+impl WorkDir {
+    pub fn create(keep: bool) -> Result<WorkDir, String> {
+        let base = std::env::temp_dir();
+        // Work dirs of runs that were killed: their pid is gone.
+        if let Ok(entries) = fs::read_dir(&base) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if let Some(pid) = name
+                    .strip_prefix("msgproxy-bench-")
+                    .and_then(|p| p.parse::<u32>().ok())
+                {
+                    if !Path::new(&format!("/proc/{pid}")).exists() {
+                        let _ = fs::remove_dir_all(e.path());
+                    }
+                }
+            }
+        }
+        let path = base.join(format!("msgproxy-bench-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
+        Ok(WorkDir { path, keep })
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// A child process that is killed when dropped and when the bench dies.
+pub struct Owned {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl Owned {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`.
+    pub fn stop(&mut self, grace: Duration) {
+        if !self.alive() {
+            return;
+        }
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if !self.alive() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let start = text.len().saturating_sub(4000);
+        let start = (start..text.len())
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(text.len());
+        text[start..].to_string()
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+extern "C" {
+    fn prctl(option: i32, ...) -> i32;
+}
+
+const PR_SET_PDEATHSIG: i32 = 1;
+const SIGKILL: u64 = 9;
+
+/// Spawns `cmd` (stdout and stderr to `log`) so that it gets SIGKILL when the spawning thread
+/// exits; the bench spawns only from its main thread, which lives as long as the bench.
+fn spawn_owned(mut cmd: Command, log: PathBuf) -> Result<Owned, String> {
+    use std::os::unix::process::CommandExt;
+    let out = fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| format!("dup {}: {e}", log.display()))?;
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    Ok(Owned { child, log })
+}
+
+pub fn free_port() -> Result<u16, String> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("bind: {e}"))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("local_addr: {e}"))
+}
+
+/// Whether a MySQL server (or the proxy) on `port` sends a protocol-10 greeting.
+fn mysql_greets(port: u16) -> bool {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head).is_ok() && head[4] == 10
+}
+
+fn wait_for_greeting(
+    owned: &mut Owned,
+    port: u16,
+    what: &str,
+    limit: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if !owned.alive() {
+            return Err(format!(
+                "{what} exited before accepting connections:\n{}",
+                owned.log_tail()
+            ));
+        }
+        if mysql_greets(port) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{what} did not accept connections on port {port} within {limit:?}:\n{}",
+                owned.log_tail()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Finds a program in PATH or the usual sbin/bin directories.
+fn find_program(names: &[&str]) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    for d in ["/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"] {
+        dirs.push(PathBuf::from(d));
+    }
+    names
+        .iter()
+        .flat_map(|n| dirs.iter().map(move |d| d.join(n)))
+        .find(|p| p.is_file())
+}
+
+/// How the throwaway server is configured: what the table prints.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    pub buffer_pool: String,
+    pub flush_log_at_trx_commit: u8,
+    pub sync_binlog: u32,
+}
+
+/// A throwaway MariaDB: its own data dir, port and row-based binlog.
+pub struct MariaDb {
+    pub process: Owned,
+    pub target: Target,
+    pub version: String,
+}
+
+impl MariaDb {
+    pub fn start(work: &Path, settings: &ServerSettings) -> Result<MariaDb, String> {
+        let mariadbd = find_program(&["mariadbd", "mysqld"])
+            .ok_or("mariadbd not found: install mariadb-server (apt-get install mariadb-server) or pass --backend")?;
+        let install = find_program(&["mariadb-install-db", "mysql_install_db"])
+            .ok_or("mariadb-install-db not found: install mariadb-server")?;
+        let datadir = work.join("data");
+        let innodb = [
+            format!("--innodb-buffer-pool-size={}", settings.buffer_pool),
+            "--innodb-log-file-size=512M".to_string(),
+        ];
+        let mut cmd = Command::new(&install);
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", datadir.display()))
+            .arg("--auth-root-authentication-method=normal")
+            .arg("--skip-test-db")
+            .args(&innodb);
+        if is_root() {
+            cmd.arg("--user=root");
+        }
+        let mut installer = spawn_owned(cmd, work.join("install.log"))?;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while installer.alive() {
+            if Instant::now() > deadline {
+                return Err("mariadb-install-db took more than 120 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if !datadir.join("mysql").is_dir() {
+            return Err(format!(
+                "mariadb-install-db failed:\n{}",
+                installer.log_tail()
+            ));
+        }
+        let mut last_err = String::new();
+        for _ in 0..3 {
+            let port = free_port()?;
+            let mut cmd = Command::new(&mariadbd);
+            cmd.arg("--no-defaults")
+                .arg(format!("--datadir={}", datadir.display()))
+                .arg(format!("--port={port}"))
+                .arg(format!("--socket={}", work.join("mariadbd.sock").display()))
+                .arg(format!("--pid-file={}", work.join("mariadbd.pid").display()))
+                .arg(format!("--tmpdir={}", work.display()))
+                .args([
+                    "--bind-address=127.0.0.1",
+                    "--log-bin=mysql-bin",
+                    "--binlog-format=ROW",
+                    "--binlog-row-image=FULL",
+                    "--server-id=1",
+                    "--max-connections=1000",
+                    "--max-allowed-packet=64M",
+                    "--skip-name-resolve",
+                ])
+                .arg(format!(
+                    "--innodb-flush-log-at-trx-commit={}",
+                    settings.flush_log_at_trx_commit
+                ))
+                .arg(format!("--sync-binlog={}", settings.sync_binlog))
+                .args(&innodb);
+            if is_root() {
+                cmd.arg("--user=root");
+            }
+            let mut process = spawn_owned(cmd, work.join("mariadbd.log"))?;
+            match wait_for_greeting(&mut process, port, "mariadbd", Duration::from_secs(60)) {
+                Ok(()) => {
+                    let version = Command::new(&mariadbd)
+                        .arg("--version")
+                        .output()
+                        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                        .unwrap_or_default();
+                    return Ok(MariaDb {
+                        process,
+                        target: Target {
+                            host: "127.0.0.1".into(),
+                            port,
+                            user: "root".into(),
+                            password: String::new(),
+                            db: "bench".into(),
+                        },
+                        version,
+                    });
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        Err(last_err)
+    }
+}
+
+fn is_root() -> bool {
+    std::env::var("USER").is_ok_and(|u| u == "root")
+        || fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+}
+
+/// The msgproxy binary to measure: `--proxy-bin`, else the `msgproxy` next to this binary
+/// (built first when the bench runs under `cargo run`, so the two are never out of step).
+pub fn proxy_binary(given: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(p) = given {
+        return Ok(p.to_path_buf());
+    }
+    let me = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let sibling = me.with_file_name("msgproxy");
+    if let Some(cargo) = std::env::var_os("CARGO") {
+        // Under `cargo run`: build the proxy with the same profile into the same target dir.
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "--bin", "msgproxy"])
+            .arg("--manifest-path")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
+        if !cfg!(debug_assertions) {
+            cmd.arg("--release");
+        }
+        let status = cmd
+            .status()
+            .map_err(|e| format!("cannot run cargo build: {e}"))?;
+        if !status.success() {
+            return Err("`cargo build --bin msgproxy` failed".into());
+        }
+    }
+    if sibling.is_file() {
+        Ok(sibling)
+    } else {
+        Err(format!(
+            "{} not found: build it first (cargo build --release --bins) or pass --proxy-bin",
+            sibling.display()
+        ))
+    }
+}
+
+/// A running msgproxy.
+pub struct Proxy {
+    pub process: Owned,
+    pub port: u16,
+}
+
+impl Proxy {
+    pub fn start(binary: &Path, backend: &Target, work: &Path, tag: &str) -> Result<Proxy, String> {
+        let mut last_err = String::new();
+        for _ in 0..3 {
+            let port = free_port()?;
+            let mut cmd = Command::new(binary);
+            cmd.arg("--listen")
+                .arg(format!("127.0.0.1:{port}"))
+                .arg("--backend")
+                .arg(backend.url())
+                .current_dir(work);
+            if std::env::var_os("MSGPROXY_LOG").is_none() {
+                cmd.env("MSGPROXY_LOG", "warn");
+            }
+            let mut process = spawn_owned(cmd, work.join(format!("msgproxy-{tag}.log")))?;
+            match wait_for_greeting(&mut process, port, "msgproxy", Duration::from_secs(20)) {
+                Ok(()) => return Ok(Proxy { process, port }),
+                Err(e) => last_err = e,
+            }
+        }
+        Err(last_err)
+    }
+}
+
+/// Peak and current resident memory of a process, in KiB (`VmHWM`, `VmRSS`).
+pub fn memory_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((field("VmHWM:")?, field("VmRSS:")?))
+}
+
+/// CPU time (user + system) a process has used so far, in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name (which may contain spaces) — utime is the 14th field.
+    let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // `after` starts at field 3 (state); utime is field 14, stime 15.
+    (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+fn clock_ticks() -> f64 {
+    // sysconf(_SC_CLK_TCK) is 100 on every Linux this runs on.
+    100.0
+}
