@@ -204,6 +204,25 @@ impl Backend {
         }
     }
 
+    /// COM_PING; keeps an idle connection from the server's `wait_timeout`.
+    pub async fn ping(&mut self) -> Result<(), BackendError> {
+        packet::write_packet(
+            self.conn.get_mut(),
+            0,
+            &[crate::protocol::commands::COM_PING],
+        )
+        .await?;
+        let reply = self.conn.next_logical_packet(1 << 20).await?;
+        match reply.payload.first() {
+            Some(&wire::OK_HEADER) => Ok(()),
+            Some(&wire::ERR_HEADER) => Err(BackendError::Refused(
+                ErrorPacket::parse(&reply.payload)
+                    .unwrap_or_else(|| ErrorPacket::new(0, "HY000", "ping failed")),
+            )),
+            _ => Err(BackendError::Protocol),
+        }
+    }
+
     /// Closes the connection politely (COM_QUIT), ignoring errors: the peer may be gone already.
     pub async fn quit(mut self) {
         let _ = packet::write_packet(

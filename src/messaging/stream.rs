@@ -22,6 +22,9 @@ use crate::backend::{Backend, BackendError, QueryOutcome};
 use crate::protocol::packet::{encode_packet, PacketReader};
 use crate::protocol::wire::{self, put_lenenc_int, ErrorPacket};
 
+/// How long a stream's backend connection may sit idle before the proxy pings it.
+const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// How a stream ended.
 pub enum StreamEnd {
     /// The stream never started (the server refused the column query); the error was sent and
@@ -88,6 +91,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         return StreamEnd::Closed;
     }
     let mut subscription = subscription;
+    let mut keepalive = tokio::time::interval(KEEPALIVE);
+    keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    keepalive.tick().await;
     loop {
         tokio::select! {
             biased;
@@ -105,7 +111,15 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 return StreamEnd::Closed;
             }
+            _ = keepalive.tick() => {
+                // A stream may wait hours for a message; keep its backend connection from
+                // reaching the server's wait_timeout.
+                if let Err(e) = backend.ping().await {
+                    return StreamEnd::BackendLost(e);
+                }
+            }
             batch = subscription.batches.recv() => {
+                keepalive.reset();
                 let Some(batch) = batch else {
                     let err = ErrorPacket::new(1146, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
                     let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
