@@ -96,6 +96,36 @@ impl Relay {
         C: AsyncRead + AsyncWrite + Unpin,
         B: AsyncRead + AsyncWrite + Unpin,
     {
+        self.forward(kind, client, backend, false).await.map(|_| ())
+    }
+
+    /// Like [`Relay::forward_response`], but the packets that end the response are returned
+    /// instead of written, so the caller can act before the client sees the answer (the engine
+    /// reloads after DDL before the client may use the table it made).
+    pub async fn forward_response_holding_end<C, B>(
+        &mut self,
+        kind: ResponseKind,
+        client: &mut PacketReader<C>,
+        backend: &mut PacketReader<B>,
+    ) -> Result<BytesMut, RelayError>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+        B: AsyncRead + AsyncWrite + Unpin,
+    {
+        self.forward(kind, client, backend, true).await
+    }
+
+    async fn forward<C, B>(
+        &mut self,
+        kind: ResponseKind,
+        client: &mut PacketReader<C>,
+        backend: &mut PacketReader<B>,
+        hold_end: bool,
+    ) -> Result<BytesMut, RelayError>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+        B: AsyncRead + AsyncWrite + Unpin,
+    {
         let mut state = match kind {
             ResponseKind::Results => State::FirstOfResult,
             ResponseKind::Prepare => State::PrepareOk,
@@ -123,7 +153,11 @@ impl Relay {
                 continue;
             }
             if state == State::Done {
-                return flush(client, &mut pending).await;
+                if hold_end {
+                    return Ok(pending);
+                }
+                flush(client, &mut pending).await?;
+                return Ok(pending);
             }
             if backend.buffered().len() < HEADER_LEN + 1 {
                 flush(client, &mut pending).await?;

@@ -177,13 +177,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     }
                 }
             }
-            Keyword::Create
-            | Keyword::Alter
-            | Keyword::Drop
-            | Keyword::Rename
-            | Keyword::Truncate
-                if !self.relay.failed =>
-            {
+            keyword if keyword.is_ddl() && !self.relay.failed => {
                 if let Err(e) = engine.reload().await {
                     warn!("reloading message tables after DDL failed: {e}");
                 }

@@ -200,6 +200,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         self.relay_statement(&statement, ResponseKind::Results)
                             .await?
                     }
+                    None if classification.keyword.is_ddl() => {
+                        // The engine reloads before the client sees the OK, so the table the
+                        // DDL made (or unmade) is usable (or gone) the moment it is answered.
+                        self.send_to_backend(&raw).await?;
+                        let end = self
+                            .relay
+                            .forward_response_holding_end(
+                                ResponseKind::Results,
+                                &mut self.client,
+                                &mut self.backend.conn,
+                            )
+                            .await?;
+                        self.after_relayed_statement(&payload[1..], classification)
+                            .await;
+                        let client = self.client.get_mut();
+                        client.write_all(&end).await.map_err(SessionEnd::Client)?;
+                        client.flush().await.map_err(SessionEnd::Client)?;
+                        return Ok(());
+                    }
                     None => {
                         self.send_to_backend(&raw).await?;
                         self.relay

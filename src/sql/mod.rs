@@ -123,6 +123,14 @@ impl Keyword {
     }
 
     /// The keyword's name as it appears in [`KEYWORDS`] (lower case), or `"other"`.
+    /// Whether the statement changes a table's definition (and so maybe a message table's).
+    pub fn is_ddl(self) -> bool {
+        matches!(
+            self,
+            Keyword::Create | Keyword::Alter | Keyword::Drop | Keyword::Rename | Keyword::Truncate
+        )
+    }
+
     pub fn name(self) -> &'static str {
         KEYWORDS
             .iter()
