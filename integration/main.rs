@@ -23,6 +23,8 @@
 //!   COM_FIELD_LIST, KILL, CONNECTION_ID(), the handshake.
 //! - `bulk` — LOAD DATA LOCAL INFILE and packets of 16 MiB and more.
 //! - `auth` — passwords, unknown users, configured users, both auth plugins.
+//! - `binlog` — rows written straight to the server reach streams promptly (the binlog watcher),
+//!   direct acks and DDL, server restarts, poll mode when binlog access is missing.
 //! - `cli` — the `mariadb` / `mariadb-admin` clients through the proxy.
 //! - `failures` — backend down, backend killed mid-session, clients that walk away.
 //! - `tls` — TLS between client and proxy, optional and required.
@@ -32,10 +34,12 @@
 mod support;
 
 mod auth;
+mod binlog;
 mod bulk;
 mod cli;
 mod commands;
 mod failures;
+mod messaging;
 mod raw_protocol;
 mod statements;
 mod tls;

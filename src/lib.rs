@@ -10,10 +10,14 @@
 //!   know where the response ends and what the session's status flags are.
 //! - [`frontend`] — the accept loop (connection limit, graceful shutdown) and the per-client session.
 //! - [`sql`] — the statement classifier: relay, or a virtual statement for the message engine.
+//! - [`messaging`] — the message engine: table definitions, per-table managers, streams.
+//! - [`binlog`] — the binlog watcher: follows the backend's row-based binlog and tells the
+//!   engine about message-table rows written by anyone, and about DDL.
 
 pub mod sql;
 
 pub mod backend;
+pub mod binlog;
 pub mod config;
 pub mod frontend;
 pub mod messaging;

@@ -6,6 +6,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use msgproxy::backend::Backend;
+use msgproxy::binlog::BinlogWatcher;
 use msgproxy::config::{Cli, Config};
 use msgproxy::frontend::{Context, Server};
 
@@ -40,6 +41,9 @@ async fn run(config: Config) -> std::process::ExitCode {
     let timeout = config.backend_connect_timeout;
     let listen = config.listen;
     let engine = msgproxy::messaging::engine::Engine::start(&backend, shutdown.clone()).await;
+    // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
+    // and the pollers carry on alone.
+    let binlog = BinlogWatcher::start(&backend, engine.clone(), shutdown.clone());
     let ctx = match Context::new(config, shutdown.clone(), Some(engine)) {
         Ok(c) => c,
         Err(e) => {
@@ -74,6 +78,7 @@ async fn run(config: Config) -> std::process::ExitCode {
     }
     tokio::spawn(stop_on_signal(shutdown));
     server.run().await;
+    binlog.stopped(std::time::Duration::from_secs(2)).await;
     info!("msgproxy stopped");
     std::process::ExitCode::SUCCESS
 }

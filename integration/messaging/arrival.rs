@@ -3,9 +3,7 @@
 
 use std::time::Instant;
 
-use super::harness::{
-    ack, assert_each_once, comment, exec, ids, now_ns, secs, Env, SEC,
-};
+use super::harness::{ack, assert_each_once, comment, exec, ids, now_ns, secs, Env, SEC};
 
 fn plain_table(name: &str, comment: &str) -> String {
     format!(
@@ -19,7 +17,7 @@ fn plain_table(name: &str, comment: &str) -> String {
 #[tokio::test]
 async fn messages_inserted_before_any_stream_all_arrive() {
     let env = Env::new("msg_early").await;
-    env.via_proxy(&plain_table("early", &comment("5", 4, "1", "")))
+    env.ddl(&plain_table("early", &comment("5", 4, "1", "")))
         .await;
     env.direct("insert into early(id, message) values (1, 'd1'), (2, 'd2'), (3, 'd3')")
         .await;
@@ -29,9 +27,12 @@ async fn messages_inserted_before_any_stream_all_arrive() {
         .await;
     let mut c = env.proxy_conn().await;
     for id in 6..=10 {
-        exec(&mut c, &format!("insert into early(id, message) values ({id}, 'p{id}')"))
-            .await
-            .expect("insert through the proxy");
+        exec(
+            &mut c,
+            &format!("insert into early(id, message) values ({id}, 'p{id}')"),
+        )
+        .await
+        .expect("insert through the proxy");
     }
     // Let the poller see them with nobody listening.
     tokio::time::sleep(secs(1.5)).await;
@@ -44,7 +45,11 @@ async fn messages_inserted_before_any_stream_all_arrive() {
     let got = stream.recv_n(10, secs(4.0)).await;
     assert_each_once(&ids(&got), 1..=10, "rows inserted before the stream");
     let more = stream.drain(secs(1.5)).await;
-    assert!(more.is_empty(), "sent again within the ack wait: {:?}", ids(&more));
+    assert!(
+        more.is_empty(),
+        "sent again within the ack wait: {:?}",
+        ids(&more)
+    );
     let states = env.states("early").await;
     assert!(
         states.values().all(|s| s.epoch == Some(1)),
@@ -57,15 +62,18 @@ async fn messages_inserted_before_any_stream_all_arrive() {
 #[tokio::test]
 async fn transactions_deliver_on_commit_and_never_on_rollback() {
     let env = Env::new("msg_transactions").await;
-    env.via_proxy(&plain_table("tx", &comment("5", 10, "30", "")))
+    env.ddl(&plain_table("tx", &comment("5", 10, "30", "")))
         .await;
     let mut stream = env.stream("tx").await;
     let mut c = env.proxy_conn().await;
 
     exec(&mut c, "BEGIN").await.expect("begin");
-    exec(&mut c, "insert into tx(id, message) values (1, 'in a transaction')")
-        .await
-        .expect("insert");
+    exec(
+        &mut c,
+        "insert into tx(id, message) values (1, 'in a transaction')",
+    )
+    .await
+    .expect("insert");
     stream
         .expect_quiet(secs(1.5), "the transaction has not committed")
         .await;
@@ -79,33 +87,53 @@ async fn transactions_deliver_on_commit_and_never_on_rollback() {
     eprintln!("delivered {:?} after COMMIT", m.at - committed);
 
     exec(&mut c, "START TRANSACTION").await.expect("begin");
-    exec(&mut c, "insert into tx(id, message) values (2, 'rolled back')")
-        .await
-        .expect("insert");
+    exec(
+        &mut c,
+        "insert into tx(id, message) values (2, 'rolled back')",
+    )
+    .await
+    .expect("insert");
     exec(&mut c, "ROLLBACK").await.expect("rollback");
-    stream.expect_quiet(secs(2.0), "row 2 was rolled back").await;
+    stream
+        .expect_quiet(secs(2.0), "row 2 was rolled back")
+        .await;
     assert!(!env.states("tx").await.contains_key(&2));
 
     // autocommit off: the insert waits for COMMIT as well.
-    exec(&mut c, "SET autocommit = 0").await.expect("autocommit off");
-    exec(&mut c, "insert into tx(id, message) values (3, 'autocommit off')")
+    exec(&mut c, "SET autocommit = 0")
         .await
-        .expect("insert");
-    exec(&mut c, "insert into tx(id, message) values (4, 'autocommit off')")
-        .await
-        .expect("insert");
+        .expect("autocommit off");
+    exec(
+        &mut c,
+        "insert into tx(id, message) values (3, 'autocommit off')",
+    )
+    .await
+    .expect("insert");
+    exec(
+        &mut c,
+        "insert into tx(id, message) values (4, 'autocommit off')",
+    )
+    .await
+    .expect("insert");
     stream
         .expect_quiet(secs(1.0), "rows 3 and 4 are not committed")
         .await;
     exec(&mut c, "COMMIT").await.expect("commit");
     let got = stream.recv_n(2, secs(2.0)).await;
     assert_each_once(&ids(&got), [3, 4], "committed with autocommit off");
-    exec(&mut c, "insert into tx(id, message) values (5, 'rolled back')")
-        .await
-        .expect("insert");
+    exec(
+        &mut c,
+        "insert into tx(id, message) values (5, 'rolled back')",
+    )
+    .await
+    .expect("insert");
     exec(&mut c, "ROLLBACK").await.expect("rollback");
-    exec(&mut c, "SET autocommit = 1").await.expect("autocommit on");
-    stream.expect_quiet(secs(1.5), "row 5 was rolled back").await;
+    exec(&mut c, "SET autocommit = 1")
+        .await
+        .expect("autocommit on");
+    stream
+        .expect_quiet(secs(1.5), "row 5 was rolled back")
+        .await;
 }
 
 /// MESSAGING.md §4: every insert construct through the proxy reaches a waiting stream promptly
@@ -113,11 +141,11 @@ async fn transactions_deliver_on_commit_and_never_on_rollback() {
 #[tokio::test]
 async fn every_insert_construct_through_the_proxy_is_delivered_promptly() {
     let env = Env::new("msg_constructs").await;
-    env.via_proxy(&plain_table("q", &comment("5", 10, "30", "")))
+    env.ddl(&plain_table("q", &comment("5", 10, "30", "")))
         .await;
-    env.via_proxy("create sequence q_seq start with 100").await;
-    env.via_proxy("create table src(id bigint primary key)").await;
-    env.via_proxy(
+    env.ddl("create sequence q_seq start with 100").await;
+    env.ddl("create table src(id bigint primary key)").await;
+    env.ddl(
         "create trigger src_to_q after insert on src for each row \
          insert into q(id, message) values (new.id + 1000, 'from a trigger')",
     )
@@ -205,7 +233,7 @@ async fn every_insert_construct_through_the_proxy_is_delivered_promptly() {
 #[tokio::test]
 async fn direct_insert_reaches_a_waiting_stream_without_the_poller() {
     let env = Env::new("msg_direct_prompt").await;
-    env.via_proxy(&plain_table("d", &comment("5", 10, "30", "")))
+    env.ddl(&plain_table("d", &comment("5", 10, "30", "")))
         .await;
     let mut stream = env.stream("d").await;
     // Whatever first poll a new stream causes happens now, not after the insert.
@@ -230,7 +258,7 @@ async fn direct_insert_reaches_a_waiting_stream_without_the_poller() {
 #[tokio::test]
 async fn scheduled_messages_wait_for_their_time() {
     let env = Env::new("msg_scheduled").await;
-    env.via_proxy(&plain_table("sched", &comment("5", 10, "1", "")))
+    env.ddl(&plain_table("sched", &comment("5", 10, "1", "")))
         .await;
     let mut stream = env.stream("sched").await;
     let t1 = now_ns() + 3 * SEC;
@@ -272,7 +300,7 @@ async fn scheduled_messages_wait_for_their_time() {
 #[tokio::test]
 async fn priority_then_oldest_first() {
     let env = Env::new("msg_priority").await;
-    env.via_proxy(&format!(
+    env.ddl(&format!(
         "create table prio(id bigint primary key, priority int, time_next bigint, epoch bigint,
            time_acked bigint, message varchar(10)) comment '{}'",
         comment("30", 1, "1", "")
@@ -307,7 +335,7 @@ async fn priority_then_oldest_first() {
 #[tokio::test]
 async fn null_and_zero_seeds_are_due_and_unacked() {
     let env = Env::new("msg_seeds").await;
-    env.via_proxy(&plain_table("seeds", &comment("5", 10, "1", "")))
+    env.ddl(&plain_table("seeds", &comment("5", 10, "1", "")))
         .await;
     env.direct(
         "insert into seeds(id, time_next, epoch, time_acked, message) values

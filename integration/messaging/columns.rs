@@ -11,7 +11,7 @@ use crate::support::compare::column_infos;
 #[tokio::test]
 async fn rfc_table_and_insert_as_written() {
     let env = Env::new("msg_rfc").await;
-    env.via_proxy(
+    env.ddl(
         "create table vitess_message(
   id bigint, time_next bigint default 0, epoch bigint, time_acked bigint, message varchar(128),
   primary key(id), index next_idx(time_next, epoch), index ack_idx(time_acked))
@@ -19,9 +19,7 @@ comment 'vitess_message,vt_ack_wait=30,vt_purge_after=120,vt_batch_size=1,vt_cac
     )
     .await;
     let mut stream = env.stream("vitess_message").await;
-    let server_columns = env
-        .server_columns("id, message", "vitess_message")
-        .await;
+    let server_columns = env.server_columns("id, message", "vitess_message").await;
     assert_eq!(
         column_infos(&stream.columns),
         column_infos(&server_columns),
@@ -40,7 +38,10 @@ comment 'vitess_message,vt_ack_wait=30,vt_purge_after=120,vt_batch_size=1,vt_cac
     });
     assert_eq!(
         got.values,
-        vec![Value::Bytes(b"1".to_vec()), Value::Bytes(b"hello world".to_vec())]
+        vec![
+            Value::Bytes(b"1".to_vec()),
+            Value::Bytes(b"hello world".to_vec())
+        ]
     );
     let state = env.state("vitess_message", 1).await;
     assert_eq!(state.epoch, Some(1), "epoch after one send: {state:?}");
@@ -52,14 +53,16 @@ comment 'vitess_message,vt_ack_wait=30,vt_purge_after=120,vt_batch_size=1,vt_cac
         "time_next {} s after the insert, expected 60..70 s: {state:?}",
         (next - before) as f64 / 1e9
     );
-    stream.expect_quiet(secs(1.0), "one message, sent once").await;
+    stream
+        .expect_quiet(secs(1.0), "one message, sent once")
+        .await;
 }
 
 /// The current Vitess layout, JSON payloads built with JSON_OBJECT, several rows a batch.
 #[tokio::test]
 async fn current_vitess_layout_with_json_payloads() {
     let env = Env::new("msg_vitess_layout").await;
-    env.via_proxy(&format!(
+    env.ddl(&format!(
         "create table my_message(
   id bigint NOT NULL COMMENT 'often an event id',
   priority tinyint NOT NULL DEFAULT '50' COMMENT 'lower number priorities process first',
@@ -77,7 +80,10 @@ async fn current_vitess_layout_with_json_payloads() {
     let mut stream = env.stream("my_message").await;
     assert_eq!(
         column_infos(&stream.columns),
-        column_infos(&env.server_columns("id, tenant_id, message", "my_message").await),
+        column_infos(
+            &env.server_columns("id, tenant_id, message", "my_message")
+                .await
+        ),
         "STREAM column definitions (left) vs the server's for SELECT id, tenant_id, message \
          (right): priority and the state columns are not user columns"
     );
@@ -106,7 +112,10 @@ async fn current_vitess_layout_with_json_payloads() {
     let mut acker = env.proxy_conn().await;
     assert_eq!(ack(&mut acker, "my_message", &[1, 2, 3]).await, 3);
     stream
-        .expect_quiet(secs(3.0), "all three were acked before their ack wait ran out")
+        .expect_quiet(
+            secs(3.0),
+            "all three were acked before their ack wait ran out",
+        )
         .await;
 }
 
@@ -115,7 +124,7 @@ async fn current_vitess_layout_with_json_payloads() {
 #[tokio::test]
 async fn user_columns_of_many_types_match_a_direct_select() {
     let env = Env::new("msg_user_types").await;
-    env.via_proxy(&format!(
+    env.ddl(&format!(
         "create table typed(
   id bigint primary key,
   name varchar(64) character set utf8mb4,
@@ -155,7 +164,11 @@ async fn user_columns_of_many_types_match_a_direct_select() {
     let got = stream.recv_n(3, secs(3.0)).await;
     for m in &got {
         let direct = env.select_row(user_cols, "typed", m.id).await;
-        assert_eq!(m.values, direct, "message {} (left) vs a direct SELECT (right)", m.id);
+        assert_eq!(
+            m.values, direct,
+            "message {} (left) vs a direct SELECT (right)",
+            m.id
+        );
     }
     let mut got_ids = ids(&got);
     got_ids.sort();
@@ -168,13 +181,13 @@ async fn user_columns_of_many_types_match_a_direct_select() {
 #[tokio::test]
 async fn vt_message_cols_picks_the_columns() {
     let env = Env::new("msg_message_cols").await;
-    env.via_proxy(&format!(
+    env.ddl(&format!(
         "create table picked(id bigint primary key, tenant varchar(10), message varchar(100),
            other int, time_next bigint, epoch bigint, time_acked bigint) comment '{}'",
         comment("5", 10, "1", ",vt_message_cols=id|message")
     ))
     .await;
-    env.via_proxy(&format!(
+    env.ddl(&format!(
         "create table reordered(id bigint primary key, tenant varchar(10), message varchar(100),
            other int, time_next bigint, epoch bigint, time_acked bigint) comment '{}'",
         comment("5", 10, "1", ",vt_message_cols=id|message|tenant")
@@ -205,9 +218,15 @@ async fn vt_message_cols_picks_the_columns() {
     let p = picked.recv(secs(2.0)).await.expect("message in picked");
     assert_eq!(
         p.values,
-        vec![Value::Bytes(b"5".to_vec()), Value::Bytes(b"payload".to_vec())]
+        vec![
+            Value::Bytes(b"5".to_vec()),
+            Value::Bytes(b"payload".to_vec())
+        ]
     );
-    let r = reordered.recv(secs(2.0)).await.expect("message in reordered");
+    let r = reordered
+        .recv(secs(2.0))
+        .await
+        .expect("message in reordered");
     assert_eq!(
         r.values,
         vec![

@@ -38,7 +38,18 @@ pub struct Env {
 impl Env {
     /// Creates (afresh) database `db` on the shared server and starts a proxy in front of it.
     pub async fn new(db: &str) -> Env {
-        let server = MariaDb::shared();
+        Env::on(MariaDb::shared(), db).await
+    }
+
+    /// Like [`Env::new`], on a MariaDB of the test's own, for tests that load the server hard
+    /// enough to disturb the others. Call [`MariaDb::stop`] on `env.server` at the end (a test
+    /// that panics leaves it to the end of the test process).
+    pub async fn private(db: &str) -> Env {
+        let server: &'static MariaDb = Box::leak(Box::new(MariaDb::start()));
+        Env::on(server, db).await
+    }
+
+    async fn on(server: &'static MariaDb, db: &str) -> Env {
         {
             let mut c = Conn::new(opts(server.port(), "root", None, None))
                 .await
@@ -56,7 +67,7 @@ impl Env {
                 .expect("create the test database");
             let _ = c.disconnect().await;
         }
-        let proxy = Proxy::start(&server.backend_url(), &[], None);
+        let proxy = start_proxy(server);
         Env {
             server,
             proxy,
@@ -66,7 +77,7 @@ impl Env {
 
     /// Another proxy on the same server (the same database).
     pub fn second_proxy(&self) -> Proxy {
-        Proxy::start(&self.server.backend_url(), &[], None)
+        start_proxy(self.server)
     }
 
     /// The last lines of the proxy's log, for failure messages.
@@ -92,6 +103,21 @@ impl Env {
             .unwrap_or_else(|e| panic!("through the proxy: {sql}: {e:?}\n{}", self.log()));
         let _ = c.disconnect().await;
         n
+    }
+
+    /// DDL through the proxy, then `DO 0` on the same connection before closing it.
+    ///
+    /// The proxy answers a DDL statement first and reloads its message tables after; a session
+    /// reads its next command only once that is done, so the `DO 0` returns when the new
+    /// definition is loaded. Whether *another* connection may use the table as soon as the DDL
+    /// is answered is a test of its own (`errors::ddl_through_the_proxy_is_visible_to_other_sessions`).
+    pub async fn ddl(&self, sql: &str) {
+        let mut c = self.proxy_conn().await;
+        exec(&mut c, sql)
+            .await
+            .unwrap_or_else(|e| panic!("through the proxy: {sql}: {e:?}\n{}", self.log()));
+        exec(&mut c, "DO 0").await.expect("DO 0 after DDL");
+        let _ = c.disconnect().await;
     }
 
     /// Runs one statement straight on the server; panics on failure.
@@ -121,7 +147,8 @@ impl Env {
     /// The state columns of every row of `table`, straight from the server, by id.
     pub async fn states(&self, table: &str) -> BTreeMap<i64, RowState> {
         let mut c = self.direct_conn().await;
-        let rows: Vec<(i64, Option<i64>, Option<i64>, Option<i64>)> = c
+        type StateRow = (i64, Option<i64>, Option<i64>, Option<i64>);
+        let rows: Vec<StateRow> = c
             .query(format!(
                 "SELECT id, epoch, time_next, time_acked FROM `{table}` ORDER BY id"
             ))
@@ -167,7 +194,7 @@ impl Env {
     pub async fn server_columns(&self, cols: &str, table: &str) -> Vec<Column> {
         let mut c = self.direct_conn().await;
         let columns = {
-            let mut result = c
+            let result = c
                 .query_iter(format!("SELECT {cols} FROM `{table}` LIMIT 0"))
                 .await
                 .unwrap_or_else(|e| panic!("select columns: {e}"));
@@ -178,6 +205,25 @@ impl Env {
         let _ = c.disconnect().await;
         columns
     }
+}
+
+/// `Proxy::start`, checked: under heavy parallelism another process can take the free port
+/// between the harness picking it and the proxy binding it; the harness then sees *that*
+/// process accept connections and returns a proxy that has already exited ("cannot listen ...
+/// Address already in use"). Retry in that case.
+fn start_proxy(server: &MariaDb) -> Proxy {
+    for _ in 0..3 {
+        let proxy = Proxy::start(&server.backend_url(), &[], None);
+        std::thread::sleep(Duration::from_millis(150));
+        if proxy.is_alive() {
+            return proxy;
+        }
+        eprintln!(
+            "msgproxy exited right after starting, retrying: {}",
+            log_tail(&proxy)
+        );
+    }
+    panic!("msgproxy did not stay up in 3 attempts");
 }
 
 pub fn log_tail(proxy: &Proxy) -> String {
@@ -304,9 +350,7 @@ impl Stream {
             }
             Ok(Ok(Err(f))) => Err(f),
             Ok(Err(_)) => Err(Failure::Client("stream thread died".into())),
-            Err(_) => Err(Failure::Client(
-                "no column definitions within 5 s".into(),
-            )),
+            Err(_) => Err(Failure::Client("no column definitions within 5 s".into())),
         }
     }
 

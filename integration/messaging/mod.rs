@@ -4,9 +4,14 @@
 //! and its own proxy; tables are created through the proxy so it loads them at once.
 //!
 //! The tests wait on real time (ack waits and poll intervals of about a second), so they are
-//! meant to run in parallel:
+//! meant to run in parallel (about 15 s this way; about 40 s with the suite's usual two threads):
 //!
 //!     cargo test --test integration messaging:: -- --test-threads=32
+//!
+//! Every proxy loads every message table on the server, so each test's table is also polled and
+//! purged by the other tests' proxies — as with several proxies in production. The timing bounds
+//! (delivery within 1.5-2 s, redelivery within a poll of its `time_next`) hold on an idle
+//! machine; a machine loaded far beyond its cores can break them.
 //!
 //! Layout:
 //! - `harness` — the test environment, the stream client, row inspection helpers.
@@ -15,7 +20,8 @@
 //! - `arrival` — when messages arrive: rows inserted before a stream, transactions, insert
 //!   constructs, scheduling, priority order, NULL/0 seeds.
 //! - `acks` — redelivery and backoff, both ack forms, purging.
-//! - `streams` — several streams, several proxies, streams that go away.
+//! - `streams` — several streams, several proxies, streams that go away, purges running
+//!   elsewhere (on a MariaDB of its own, as it loads the server hard).
 //! - `errors` — what `STREAM`/`ACK` answer when they cannot work.
 
 mod acks;

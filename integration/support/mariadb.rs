@@ -190,6 +190,8 @@ pub struct MariaDb {
     port: u16,
     dir: PathBuf,
     child: Mutex<Option<Child>>,
+    /// `mariadbd` options after the standard ones (so they win), e.g. `--skip-log-bin`.
+    extra_args: Vec<String>,
     /// Keeps the run dir alive (deleted on drop). `None` never happens; `Option` for drop order.
     _tempdir: Option<tempfile::TempDir>,
 }
@@ -203,9 +205,15 @@ impl MariaDb {
 
     /// A new server on a free port.
     pub fn start() -> MariaDb {
+        MariaDb::start_with(&[])
+    }
+
+    /// A new server on a free port, started with `extra_args` after the standard options (e.g.
+    /// `--skip-log-bin`); they stay in force across `restart`.
+    pub fn start_with(extra_args: &[&str]) -> MariaDb {
         for attempt in 0..3 {
             let port = process::free_port();
-            match MariaDb::try_start_on_port(port) {
+            match MariaDb::try_start_on_port(port, extra_args) {
                 Ok(db) => return db,
                 Err(e) if attempt < 2 => eprintln!("mariadbd on port {port} failed, retrying: {e}"),
                 Err(e) => panic!("{e}"),
@@ -216,10 +224,10 @@ impl MariaDb {
 
     /// A new server on `port` (used to bring a backend up behind an already running proxy).
     pub fn start_on_port(port: u16) -> MariaDb {
-        MariaDb::try_start_on_port(port).unwrap_or_else(|e| panic!("{e}"))
+        MariaDb::try_start_on_port(port, &[]).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn try_start_on_port(port: u16) -> Result<MariaDb, String> {
+    fn try_start_on_port(port: u16, extra_args: &[&str]) -> Result<MariaDb, String> {
         let template = template_datadir();
         let runs = work_root().join("runs");
         fs::create_dir_all(&runs).expect("create runs dir");
@@ -234,6 +242,7 @@ impl MariaDb {
             port,
             dir,
             child: Mutex::new(None),
+            extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             _tempdir: Some(tempdir),
         };
         db.try_launch()?;
@@ -252,6 +261,11 @@ impl MariaDb {
 
     pub fn backend_url(&self) -> String {
         self.url("test")
+    }
+
+    /// The server's data directory (binlog files live here).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
     }
 
     pub fn error_log_path(&self) -> PathBuf {
@@ -290,6 +304,8 @@ impl MariaDb {
                 "--log-bin=mysql-bin",
                 "--binlog-format=ROW",
                 "--binlog-row-image=FULL",
+                // Column names in the binlog's table maps: the proxy's binlog watcher needs them.
+                "--binlog-row-metadata=FULL",
                 "--server-id=1",
                 "--max-allowed-packet=64M",
                 "--local-infile=1",
@@ -298,6 +314,7 @@ impl MariaDb {
                 "--sync-binlog=0",
             ])
             .args(INNODB_OPTS)
+            .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -111,6 +111,18 @@ impl Engine {
             .is_empty()
     }
 
+    /// Every loaded table's manager (the binlog watcher asks them all to poll after a gap).
+    pub fn managers(&self) -> Vec<Arc<TableManager>> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        tables
+            .values()
+            .filter_map(|entry| match entry {
+                Entry::Loaded(m) => Some(m.clone()),
+                Entry::Broken(_) => None,
+            })
+            .collect()
+    }
+
     /// The loaded tables whose name appears in `sql` (case-insensitively): a cheap, deliberately
     /// generous test for "this statement may have written to a message table". A false positive
     /// costs one extra poll.

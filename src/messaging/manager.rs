@@ -7,7 +7,7 @@
 //! row against the database. So a stale cache can cost a wasted claim, never a duplicate or an
 //! acked message sent again.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -62,6 +62,84 @@ struct State {
     next: usize,
     /// The last poll filled the cache to its limit: more due rows may be waiting.
     backlog: bool,
+    /// Row changes seen (in the binlog) while a poll runs, `None` when none runs. The poll's
+    /// rows are a snapshot from before them and replace the cache, so these are applied again
+    /// on top; without this a row committed during a poll would wait for the next one.
+    changed_during_poll: Option<Vec<LateChange>>,
+    /// More changes came during a poll than are kept: poll again right after it.
+    poll_again: bool,
+    /// The latest change (`None`: deleted) seen for a row while it was in flight; it is newer
+    /// than anything the batch knows, so it decides what happens to the row when the batch is
+    /// done (e.g. the claim's own update, an ack, another proxy's claim).
+    changed_in_flight: HashMap<Box<[u8]>, Option<ChangedRow>>,
+    /// Rows a batch offered but did not send, with how often in a row. A row seen in the binlog
+    /// can reach the proxy a moment before its transaction is visible (the server publishes the
+    /// binlog before the engine commit), and the claim's `SKIP LOCKED` then passes it over; it
+    /// is offered again after [`SKIPPED_RETRY`] delays, then left to the poller.
+    skipped: HashMap<Box<[u8]>, usize>,
+}
+
+/// When a row a batch did not send is offered again (see `State::skipped`).
+const SKIPPED_RETRY: [std::time::Duration; 5] = [
+    std::time::Duration::from_millis(2),
+    std::time::Duration::from_millis(10),
+    std::time::Duration::from_millis(50),
+    std::time::Duration::from_millis(250),
+    std::time::Duration::from_millis(1000),
+];
+
+/// Most rows remembered in `State::skipped` (a bound, never reached in practice).
+const MAX_SKIPPED: usize = 10_000;
+
+/// A row change that arrived while a poll was running (see `State::changed_during_poll`).
+enum LateChange {
+    Changed(ChangedRow),
+    Deleted(Box<[u8]>),
+}
+
+/// Most row changes remembered during one poll; beyond it the table is polled again instead.
+const MAX_CHANGES_DURING_POLL: usize = 10_000;
+
+impl State {
+    fn note_during_poll(&mut self, change: impl FnOnce() -> LateChange) {
+        if let Some(log) = &mut self.changed_during_poll {
+            if log.len() < MAX_CHANGES_DURING_POLL {
+                log.push(change());
+            } else {
+                self.poll_again = true;
+            }
+        }
+    }
+
+    /// The body of [`TableManager::row_changed`].
+    fn apply_changed(&mut self, row: ChangedRow, now: i64, horizon: i64) {
+        self.skipped.remove(&row.key);
+        if self.in_flight.contains(&row.key) {
+            self.changed_in_flight.insert(row.key.clone(), Some(row));
+            return;
+        }
+        if state::is_acked(row.time_acked) {
+            self.cache.remove(&row.key);
+            self.schedule.remove(&row.key);
+            return;
+        }
+        let entry = Entry {
+            key: row.key,
+            priority: row.priority.unwrap_or(0),
+            time_next: row.time_next.unwrap_or(0),
+        };
+        if state::is_due(row.time_next, now) {
+            self.schedule.remove(&entry.key);
+            self.cache.insert(entry);
+        } else {
+            self.cache.remove(&entry.key);
+            if entry.time_next <= horizon {
+                self.schedule.insert(entry);
+            } else {
+                self.schedule.remove(&entry.key);
+            }
+        }
+    }
 }
 
 struct Subscriber {
@@ -79,7 +157,14 @@ pub struct Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        self.manager.unsubscribe(self.id);
+        // A batch handed over but never taken (the stream ended first) is given back, or its
+        // rows would stay in flight for good.
+        self.batches.close();
+        let mut stranded = Vec::new();
+        while let Ok(batch) = self.batches.try_recv() {
+            stranded.extend(batch);
+        }
+        self.manager.unsubscribe(self.id, stranded);
     }
 }
 
@@ -110,6 +195,10 @@ impl TableManager {
                 subscribers: Vec::new(),
                 next: 0,
                 backlog: false,
+                changed_during_poll: None,
+                poll_again: false,
+                changed_in_flight: HashMap::new(),
+                skipped: HashMap::new(),
             }),
             kick: Notify::new(),
             poll_requested: AtomicBool::new(false),
@@ -165,39 +254,21 @@ impl TableManager {
         let horizon = now.saturating_add(super::backoff::duration_ns(
             self.definition().options.poller_interval,
         ));
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        if state::is_acked(row.time_acked) {
-            st.cache.remove(&row.key);
-            st.schedule.remove(&row.key);
-            return;
-        }
-        let entry = Entry {
-            key: row.key,
-            priority: row.priority.unwrap_or(0),
-            time_next: row.time_next.unwrap_or(0),
-        };
-        if st.in_flight.contains(&entry.key) {
-            return;
-        }
-        if state::is_due(row.time_next, now) {
-            st.schedule.remove(&entry.key);
-            st.cache.insert(entry);
-        } else {
-            st.cache.remove(&entry.key);
-            if entry.time_next <= horizon {
-                st.schedule.insert(entry);
-            } else {
-                st.schedule.remove(&entry.key);
-            }
-        }
-        drop(guard);
+        let mut st = self.lock();
+        st.note_during_poll(|| LateChange::Changed(row.clone()));
+        st.apply_changed(row, now, horizon);
+        drop(st);
         self.kick.notify_one();
     }
 
     /// A row of this table was deleted (seen in the binlog).
     pub fn row_deleted(&self, key: &[u8]) {
         let mut st = self.lock();
+        st.note_during_poll(|| LateChange::Deleted(key.into()));
+        st.skipped.remove(key);
+        if st.in_flight.contains(key) {
+            st.changed_in_flight.insert(key.into(), None);
+        }
         st.cache.remove(key);
         st.schedule.remove(key);
     }
@@ -219,25 +290,83 @@ impl TableManager {
         }
     }
 
-    fn unsubscribe(&self, id: u64) {
+    fn unsubscribe(&self, id: u64, stranded: Vec<Entry>) {
         let mut state = self.lock();
         state.subscribers.retain(|s| s.id != id);
+        if stranded.is_empty() {
+            return;
+        }
+        // Never claimed: still due, unless something changed them meanwhile.
+        let (now, horizon) = self.now_and_horizon();
+        for e in stranded {
+            state.in_flight.remove(&e.key);
+            match state.changed_in_flight.remove(&e.key) {
+                Some(Some(row)) => state.apply_changed(row, now, horizon),
+                Some(None) => {}
+                None => {
+                    state.cache.insert(e);
+                }
+            }
+        }
+        drop(state);
+        self.kick.notify_one();
     }
 
     fn batch_done(&self, id: u64, batch: &[Entry], sent: Vec<Entry>) {
+        let (now, horizon) = self.now_and_horizon();
         let mut state = self.lock();
         for e in batch {
             state.in_flight.remove(&e.key);
         }
-        // Sent rows are due again when their ack wait passes, unless acked meanwhile.
-        for e in sent {
-            state.schedule.insert(e);
+        let mut sent: HashMap<Box<[u8]>, Entry> =
+            sent.into_iter().map(|e| (e.key.clone(), e)).collect();
+        for e in batch {
+            match (state.changed_in_flight.remove(&e.key), sent.remove(&e.key)) {
+                // What happened to the row meanwhile is the newest news.
+                (Some(Some(row)), _) => state.apply_changed(row, now, horizon),
+                (Some(None), _) => {
+                    state.cache.remove(&e.key);
+                    state.schedule.remove(&e.key);
+                }
+                // Sent rows are due again when their ack wait passes, unless acked meanwhile.
+                (None, Some(sent)) => {
+                    state.skipped.remove(&e.key);
+                    state.schedule.insert(sent);
+                }
+                (None, None) => {
+                    let tries = state.skipped.get(&e.key).copied().unwrap_or(0);
+                    match SKIPPED_RETRY.get(tries) {
+                        Some(delay) => {
+                            if state.skipped.len() >= MAX_SKIPPED {
+                                state.skipped.clear();
+                            }
+                            state.skipped.insert(e.key.clone(), tries + 1);
+                            state.schedule.insert(Entry {
+                                time_next: now.saturating_add(delay.as_nanos() as i64),
+                                ..e.clone()
+                            });
+                        }
+                        None => {
+                            state.skipped.remove(&e.key);
+                        }
+                    }
+                }
+            }
         }
         if let Some(s) = state.subscribers.iter_mut().find(|s| s.id == id) {
             s.busy = false;
         }
         drop(state);
         self.kick.notify_one();
+    }
+
+    /// Now, and the end of the schedule's window (the next poll), in Unix nanoseconds.
+    fn now_and_horizon(&self) -> (i64, i64) {
+        let now = state::now_ns();
+        let horizon = now.saturating_add(super::backoff::duration_ns(
+            self.definition().options.poller_interval,
+        ));
+        (now, horizon)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -339,6 +468,7 @@ impl TableManager {
         // Rows scheduled before the next poll, so they go out on time (see `schedule`).
         let horizon = now.saturating_add(super::backoff::duration_ns(def.options.poller_interval));
         let started = std::time::Instant::now();
+        self.lock().changed_during_poll = Some(Vec::new());
         let polled = match self.pool.get_conn().await {
             Ok(mut conn) => super::poll::due_and_soon(&mut conn, &def, now, horizon).await,
             Err(e) => Err(e),
@@ -347,6 +477,9 @@ impl TableManager {
             Ok(r) => r,
             Err(e) => {
                 warn!("polling {} failed: {e}", def.qualified());
+                let mut state = self.lock();
+                state.changed_during_poll = None;
+                state.poll_again = false;
                 return;
             }
         };
@@ -377,6 +510,24 @@ impl TableManager {
                 });
             }
         }
+        // What changed while the query ran, on top of its snapshot.
+        let late = state.changed_during_poll.take().unwrap_or_default();
+        let now = state::now_ns();
+        let horizon = now.saturating_add(super::backoff::duration_ns(def.options.poller_interval));
+        for change in late {
+            match change {
+                LateChange::Changed(row) => state.apply_changed(row, now, horizon),
+                LateChange::Deleted(key) => {
+                    state.cache.remove(&key);
+                    state.schedule.remove(&key);
+                }
+            }
+        }
+        let again = std::mem::take(&mut state.poll_again);
+        drop(state);
+        if again {
+            self.request_poll();
+        }
     }
 
     /// Deletes acked rows older than `vt_purge_after`, a batch at a time.
@@ -384,8 +535,14 @@ impl TableManager {
         let def = self.definition();
         let cutoff = state::now_ns()
             .saturating_sub(def.options.purge_after.as_nanos().min(i64::MAX as u128) as i64);
-        let sql = format!(
-            "DELETE FROM {} WHERE {} LIMIT {PURGE_BATCH}",
+        // Two steps, so the purge locks only the rows it deletes: a plain (non-locking) read
+        // finds them, then a delete by primary key removes them, re-checking the condition. A
+        // single `DELETE ... WHERE time_acked ... LIMIT` would lock every row it scans — all
+        // of them on a table without an index on time_acked — and claims, which skip locked
+        // rows, would pass over due messages meanwhile.
+        let find = format!(
+            "SELECT {} FROM {} WHERE {} LIMIT {PURGE_BATCH}",
+            def.key_sql(),
             def.qualified(),
             state::purgeable_sql(cutoff)
         );
@@ -403,13 +560,33 @@ impl TableManager {
             if self.stop.is_cancelled() {
                 return;
             }
-            match conn.query_drop(&sql).await {
-                Ok(()) if conn.affected_rows() >= PURGE_BATCH => continue,
-                Ok(()) => return,
+            let keys: Vec<Value> = match conn.query(&find).await {
+                Ok(keys) => keys,
                 Err(e) => {
                     warn!("purging {} failed: {e}", def.qualified());
                     return;
                 }
+            };
+            let literals: Vec<String> = keys
+                .into_iter()
+                .filter_map(value_bytes)
+                .filter_map(|k| def.id_literal(&k))
+                .collect();
+            if literals.is_empty() {
+                return;
+            }
+            let delete = format!(
+                "DELETE FROM {} WHERE `id` IN ({}) AND {}",
+                def.qualified(),
+                literals.join(", "),
+                state::purgeable_sql(cutoff)
+            );
+            if let Err(e) = conn.query_drop(&delete).await {
+                warn!("purging {} failed: {e}", def.qualified());
+                return;
+            }
+            if (literals.len() as u64) < PURGE_BATCH {
+                return;
             }
         }
     }

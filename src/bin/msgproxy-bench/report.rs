@@ -109,7 +109,6 @@ pub enum Unit {
     PerSec,
     Micros,
     Millis,
-    Seconds,
     MiB,
 }
 
@@ -124,7 +123,6 @@ pub fn fmt_value(v: f64, unit: Unit) -> String {
                 format!("{v:.0} ms")
             }
         }
-        Unit::Seconds => format!("{v:.2} s"),
         Unit::MiB => format!("{v:.1} MiB"),
     }
 }
@@ -151,7 +149,6 @@ pub fn fmt_summary(s: &Summary, unit: Unit) -> String {
             Unit::Micros => format!("{:.0}–{:.0}", s.min, s.max),
             Unit::Millis if s.max < 10.0 => format!("{:.2}–{:.2}", s.min, s.max),
             Unit::Millis => format!("{:.0}–{:.0}", s.min, s.max),
-            Unit::Seconds => format!("{:.2}–{:.2}", s.min, s.max),
             Unit::MiB => format!("{:.1}–{:.1}", s.min, s.max),
         };
         format!("{} [{range}]", fmt_value(s.median, unit))

@@ -206,7 +206,6 @@ pub struct ServerSettings {
 pub struct MariaDb {
     pub process: Owned,
     pub target: Target,
-    pub version: String,
 }
 
 impl MariaDb {
@@ -251,13 +250,18 @@ impl MariaDb {
                 .arg(format!("--datadir={}", datadir.display()))
                 .arg(format!("--port={port}"))
                 .arg(format!("--socket={}", work.join("mariadbd.sock").display()))
-                .arg(format!("--pid-file={}", work.join("mariadbd.pid").display()))
+                .arg(format!(
+                    "--pid-file={}",
+                    work.join("mariadbd.pid").display()
+                ))
                 .arg(format!("--tmpdir={}", work.display()))
                 .args([
                     "--bind-address=127.0.0.1",
                     "--log-bin=mysql-bin",
                     "--binlog-format=ROW",
                     "--binlog-row-image=FULL",
+                    // Column names in the binlog's table maps: msgproxy's binlog watcher needs them.
+                    "--binlog-row-metadata=FULL",
                     "--server-id=1",
                     "--max-connections=1000",
                     "--max-allowed-packet=64M",
@@ -275,11 +279,6 @@ impl MariaDb {
             let mut process = spawn_owned(cmd, work.join("mariadbd.log"))?;
             match wait_for_greeting(&mut process, port, "mariadbd", Duration::from_secs(60)) {
                 Ok(()) => {
-                    let version = Command::new(&mariadbd)
-                        .arg("--version")
-                        .output()
-                        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-                        .unwrap_or_default();
                     return Ok(MariaDb {
                         process,
                         target: Target {
@@ -289,7 +288,6 @@ impl MariaDb {
                             password: String::new(),
                             db: "bench".into(),
                         },
-                        version,
                     });
                 }
                 Err(e) => last_err = e,
@@ -350,6 +348,18 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(binary: &Path, backend: &Target, work: &Path, tag: &str) -> Result<Proxy, String> {
+        let log = std::env::var("MSGPROXY_LOG").unwrap_or_else(|_| "warn".into());
+        Proxy::start_with_log(binary, backend, work, tag, &log)
+    }
+
+    /// Starts the proxy with `MSGPROXY_LOG=log_filter`.
+    pub fn start_with_log(
+        binary: &Path,
+        backend: &Target,
+        work: &Path,
+        tag: &str,
+        log_filter: &str,
+    ) -> Result<Proxy, String> {
         let mut last_err = String::new();
         for _ in 0..3 {
             let port = free_port()?;
@@ -358,10 +368,9 @@ impl Proxy {
                 .arg(format!("127.0.0.1:{port}"))
                 .arg("--backend")
                 .arg(backend.url())
-                .current_dir(work);
-            if std::env::var_os("MSGPROXY_LOG").is_none() {
-                cmd.env("MSGPROXY_LOG", "warn");
-            }
+                .current_dir(work)
+                .env("MSGPROXY_LOG", log_filter)
+                .env("NO_COLOR", "1");
             let mut process = spawn_owned(cmd, work.join(format!("msgproxy-{tag}.log")))?;
             match wait_for_greeting(&mut process, port, "msgproxy", Duration::from_secs(20)) {
                 Ok(()) => return Ok(Proxy { process, port }),

@@ -42,7 +42,7 @@ pub struct Target {
 
 impl Target {
     /// Parses `mysql://user[:password]@host[:port][/db]`.
-    pub fn parse(url: &str) -> Result<Target, String> {
+    pub fn parse(url: &str) -> std::result::Result<Target, String> {
         let url = url::Url::parse(url).map_err(|e| format!("bad URL {url:?}: {e}"))?;
         if url.scheme() != "mysql" {
             return Err(format!("{url}: the scheme must be mysql://"));
@@ -273,16 +273,6 @@ impl Conn {
         }
     }
 
-    /// The first column of the first row, as text.
-    pub async fn query_value(&mut self, sql: &str) -> Result<Option<String>> {
-        Ok(self
-            .query_rows(sql)
-            .await?
-            .into_iter()
-            .next()
-            .and_then(|r| r.into_iter().next().flatten()))
-    }
-
     pub async fn prepare(&mut self, sql: &str) -> Result<Statement> {
         self.send_command(COM_STMT_PREPARE, sql.as_bytes()).await?;
         let first = self.read_packet().await?;
@@ -352,7 +342,9 @@ impl Conn {
         }
         let eof = self.read_packet().await?;
         if !is_eof(&eof) {
-            return Err(Error::Protocol("no EOF after the column definitions".into()));
+            return Err(Error::Protocol(
+                "no EOF after the column definitions".into(),
+            ));
         }
         Ok(())
     }
@@ -383,7 +375,9 @@ impl Conn {
     async fn send_command(&mut self, command: u8, body: &[u8]) -> Result<()> {
         let len = body.len() + 1;
         if len >= 0xFF_FFFF {
-            return Err(Error::Protocol("commands of 16 MiB or more are not supported".into()));
+            return Err(Error::Protocol(
+                "commands of 16 MiB or more are not supported".into(),
+            ));
         }
         self.out.clear();
         self.out.extend_from_slice(&(len as u32).to_le_bytes()[..3]);
@@ -408,10 +402,12 @@ impl Conn {
     async fn read_packet(&mut self) -> Result<BytesMut> {
         loop {
             if self.inbuf.len() >= 4 {
-                let len = u32::from_le_bytes([self.inbuf[0], self.inbuf[1], self.inbuf[2], 0])
-                    as usize;
+                let len =
+                    u32::from_le_bytes([self.inbuf[0], self.inbuf[1], self.inbuf[2], 0]) as usize;
                 if len == 0xFF_FFFF {
-                    return Err(Error::Protocol("packets of 16 MiB or more are not supported".into()));
+                    return Err(Error::Protocol(
+                        "packets of 16 MiB or more are not supported".into(),
+                    ));
                 }
                 if self.inbuf.len() >= 4 + len {
                     self.inbuf.advance(4);
@@ -531,7 +527,10 @@ fn lenenc_int(buf: &mut &[u8]) -> Option<u64> {
     let (&first, rest) = buf.split_first()?;
     let (v, used) = match first {
         0..=0xFA => (first as u64, 0),
-        0xFC => (u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as u64, 2),
+        0xFC => (
+            u16::from_le_bytes(rest.get(..2)?.try_into().ok()?) as u64,
+            2,
+        ),
         0xFD => {
             let b = rest.get(..3)?;
             (u32::from_le_bytes([b[0], b[1], b[2], 0]) as u64, 3)

@@ -1,0 +1,300 @@
+//! What `STREAM` and `ACK` answer when they cannot work, that the session goes on after each
+//! error, and when tables become (or stop being) message tables.
+
+use mysql_async::prelude::*;
+use mysql_async::Conn;
+
+use super::harness::{comment, exec, secs, Env, Stream};
+use crate::support::Failure;
+
+const SYNTAX: &str = "You have an error in your SQL syntax; check the manual that corresponds to \
+                      your MariaDB server version for the right syntax to use near ";
+
+/// Runs `sql` on `conn`, which must fail; then the same connection must still answer SELECT 1.
+async fn fails(conn: &mut Conn, sql: &str) -> Failure {
+    let failure = match exec(conn, sql).await {
+        Ok(n) => panic!("{sql}: expected an error, got OK ({n} rows affected)"),
+        Err(f) => f,
+    };
+    let one: Result<Option<i64>, _> = conn.query_first("SELECT 1").await;
+    assert_eq!(
+        one.map_err(|e| e.to_string()),
+        Ok(Some(1)),
+        "after the error of {sql} ({failure:?}) the session must go on"
+    );
+    failure
+}
+
+fn server_error(f: &Failure) -> (u16, String, String) {
+    match f {
+        Failure::Server {
+            code,
+            state,
+            message,
+        } => (*code, state.clone(), message.clone()),
+        other => panic!("expected a server error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn errors_name_the_table_and_the_reason_and_the_session_goes_on() {
+    let env = Env::new("msg_errors").await;
+    let required = "vt_ack_wait=1,vt_purge_after=1,vt_batch_size=1,vt_poller_interval=1";
+    let cols = "id bigint primary key, time_next bigint, epoch bigint, time_acked bigint, \
+                message varchar(10)";
+    env.ddl("create table plain(id bigint primary key, x int)")
+        .await;
+    env.ddl(&format!(
+        "create table no_cache({cols}) comment 'vitess_message,{required}'"
+    ))
+    .await;
+    env.ddl(&format!(
+        "create table no_epoch(id bigint primary key, time_next bigint, time_acked bigint, \
+         message varchar(10)) comment '{}'",
+        comment("1", 1, "1", "")
+    ))
+    .await;
+    env.ddl(&format!(
+        "create table no_acked(id bigint primary key, time_next bigint, epoch bigint, \
+         message varchar(10)) comment '{}'",
+        comment("1", 1, "1", "")
+    ))
+    .await;
+    env.ddl(&format!(
+        "create table unknown_opt({cols}) comment '{}'",
+        comment("1", 1, "1", ",vt_bogus_option=3")
+    ))
+    .await;
+    env.ddl(&format!(
+        "create table cols_without_id({cols}) comment '{}'",
+        comment("1", 1, "1", ",vt_message_cols=message|id")
+    ))
+    .await;
+
+    let mut c = env.proxy_conn().await;
+    let mut d = env.direct_conn().await;
+    let mut problems = Vec::new();
+
+    // A missing table: the server's own error, word for word.
+    let direct_missing = server_error(&fails(&mut d, "SELECT 1 FROM missing").await);
+    assert_eq!(direct_missing.0, 1146);
+    for sql in ["STREAM * FROM missing", "ACK missing 1"] {
+        let got = server_error(&fails(&mut c, sql).await);
+        if got != direct_missing {
+            problems.push(format!("{sql}: got {got:?}, expected {direct_missing:?}"));
+        }
+    }
+
+    // Not a message table / not a usable one: 1347 naming the table and what is wrong.
+    let cases: &[(&str, &[&str])] = &[
+        ("plain", &["plain", "message table"]),
+        ("no_cache", &["no_cache", "vt_cache_size"]),
+        ("no_epoch", &["no_epoch", "epoch"]),
+        ("no_acked", &["no_acked", "time_acked"]),
+        ("unknown_opt", &["unknown_opt", "vt_bogus_option"]),
+        ("cols_without_id", &["cols_without_id", "vt_message_cols"]),
+    ];
+    for (table, words) in cases {
+        for sql in [format!("STREAM * FROM {table}"), format!("ACK {table} 1")] {
+            let (code, _, message) = server_error(&fails(&mut c, &sql).await);
+            let missing: Vec<&&str> = words.iter().filter(|w| !message.contains(**w)).collect();
+            if code != 1347 || !missing.is_empty() {
+                problems.push(format!(
+                    "{sql}: got {code} {message:?}; expected 1347 mentioning {words:?}"
+                ));
+            }
+        }
+    }
+
+    // Malformed statements: 1064 in the server's words, with the position.
+    let malformed: &[(&str, &str)] = &[
+        ("STREAM * FORM t", "'FORM t' at line 1"),
+        ("ACK t", "'' at line 1"),
+        ("ACK t 1,", "'' at line 1"),
+        ("STREAM *\nFROM t\nWHERE id = 1", "'WHERE id = 1' at line 3"),
+    ];
+    for (sql, near) in malformed {
+        let (code, state, message) = server_error(&fails(&mut c, sql).await);
+        let want = format!("{SYNTAX}{near}");
+        if (code, state.as_str(), message.as_str()) != (1064, "42000", want.as_str()) {
+            problems.push(format!(
+                "{sql:?}: got {code} {state} {message:?}; expected 1064 42000 {want:?}"
+            ));
+        }
+    }
+
+    // Vitess clients send this first.
+    match exec(&mut c, "SET workload='olap'").await {
+        Ok(_) => {}
+        Err(f) => problems.push(format!("SET workload='olap': {f:?}")),
+    }
+    let one: Option<i64> = c.query_first("SELECT 1").await.expect("SELECT 1");
+    assert_eq!(one, Some(1));
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n  {}\n--- proxy log ---\n{}",
+        problems.len(),
+        problems.join("\n  "),
+        env.log()
+    );
+    assert!(
+        env.log().contains("no_cache") && env.log().contains("vt_cache_size"),
+        "the proxy should log one clear line naming the broken table and the missing option:\n{}",
+        env.log()
+    );
+}
+
+/// `SET workload='olap'` first, a comment after STREAM, a schema-qualified name from a session
+/// whose current database is another one: all as in MESSAGING.md §3.
+#[tokio::test]
+async fn vitess_client_forms_work() {
+    let env = Env::new("msg_client_forms").await;
+    env.ddl(&format!(
+        "create table vitess_message(id bigint primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(20)) comment '{}'",
+        comment("5", 10, "1", "")
+    ))
+    .await;
+    let mut stream = Stream::open_with(
+        env.proxy.port(),
+        "test",
+        &["SET workload='olap'"],
+        "STREAM /* comment */ * FROM msg_client_forms.vitess_message",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}\n{}", env.log()));
+    assert_eq!(stream.column_names(), vec!["id", "message"]);
+    env.via_proxy("insert into vitess_message(id, message) values (1, 'hi')")
+        .await;
+    assert_eq!(stream.recv(secs(2.0)).await.map(|m| m.id), Some(1));
+    let mut c = super::harness::connect(env.proxy.port(), "test").await;
+    assert_eq!(
+        exec(&mut c, "ack msg_client_forms.vitess_message 1").await,
+        Ok(1),
+        "a qualified ACK from another database"
+    );
+}
+
+/// DDL through the proxy takes effect at once; a table created straight on the server is found
+/// by the periodic reload (every 10 s).
+#[tokio::test]
+async fn schema_changes_are_picked_up() {
+    let env = Env::new("msg_schema").await;
+    let cols = "id bigint primary key, time_next bigint, epoch bigint, time_acked bigint, \
+                message varchar(20)";
+    env.ddl(&format!("create table later({cols})")).await;
+    let mut c = env.proxy_conn().await;
+    assert_eq!(
+        fails(&mut c, "STREAM * FROM later").await.code(),
+        Some(1347),
+        "not a message table yet"
+    );
+    env.ddl(&format!(
+        "alter table later comment '{}'",
+        comment("5", 10, "1", "")
+    ))
+    .await;
+    let mut s = env.stream("later").await;
+    env.via_proxy("insert into later(id, message) values (1, 'altered')")
+        .await;
+    assert_eq!(s.recv(secs(2.0)).await.map(|m| m.id), Some(1));
+    s.close();
+    env.ddl(
+        "alter table later comment \
+         'vitess_message,vt_ack_wait=1,vt_purge_after=1,vt_batch_size=1,vt_poller_interval=1'",
+    )
+    .await;
+    let f = fails(&mut c, "STREAM * FROM later").await;
+    assert!(
+        matches!(&f, Failure::Server { code: 1347, message, .. } if message.contains("vt_cache_size")),
+        "after ALTER drops vt_cache_size: {f:?}"
+    );
+    env.ddl("drop table later").await;
+    assert_eq!(
+        fails(&mut c, "STREAM * FROM later").await.code(),
+        Some(1146)
+    );
+
+    // Created behind the proxy's back: loaded by the next periodic reload.
+    let created = std::time::Instant::now();
+    env.direct(&format!(
+        "create table behind({cols}) comment '{}'",
+        comment("5", 10, "1", "")
+    ))
+    .await;
+    let mut stream = None;
+    while created.elapsed() < secs(12.0) {
+        match Stream::open(env.proxy.port(), &env.db, "STREAM * FROM behind").await {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(Failure::Server { code: 1347, .. }) => {
+                tokio::time::sleep(secs(0.5)).await;
+            }
+            Err(other) => panic!("STREAM * FROM behind: {other:?}"),
+        }
+    }
+    let mut stream = stream.unwrap_or_else(|| {
+        panic!(
+            "a message table created straight on the server was not loaded within 12 s\n{}",
+            env.log()
+        )
+    });
+    eprintln!(
+        "table created on the server loaded after {:?}",
+        created.elapsed()
+    );
+    env.direct("insert into behind(id, message) values (7, 'behind')")
+        .await;
+    assert_eq!(stream.recv(secs(2.5)).await.map(|m| m.id), Some(7));
+}
+
+/// DDL through the proxy takes effect before its OK: another session can stream from (and ack
+/// in) a table the moment the CREATE/ALTER that made it a message table has been answered.
+#[tokio::test]
+async fn ddl_through_the_proxy_is_visible_to_other_sessions() {
+    let env = Env::new("msg_ddl_at_once").await;
+    let cols = "id bigint primary key, time_next bigint, epoch bigint, time_acked bigint, \
+                message varchar(20)";
+    let mut ddl = env.proxy_conn().await;
+    let mut other = env.proxy_conn().await;
+    let mut problems = Vec::new();
+    exec(
+        &mut ddl,
+        &format!(
+            "create table t({cols}) comment '{}'",
+            comment("5", 10, "1", "")
+        ),
+    )
+    .await
+    .expect("create");
+    if let Err(f) = exec(&mut other, "ACK t 1").await {
+        problems.push(format!("ACK right after CREATE: {f:?}"));
+    }
+    exec(&mut ddl, &format!("create table u({cols})"))
+        .await
+        .expect("create");
+    exec(
+        &mut ddl,
+        &format!("alter table u comment '{}'", comment("5", 10, "1", "")),
+    )
+    .await
+    .expect("alter");
+    match Stream::open(env.proxy.port(), &env.db, "STREAM * FROM u").await {
+        Ok(s) => s.close(),
+        Err(f) => problems.push(format!("STREAM right after ALTER ... COMMENT: {f:?}")),
+    }
+    exec(&mut ddl, "drop table t").await.expect("drop");
+    match exec(&mut other, "ACK t 1").await {
+        Err(Failure::Server { code: 1146, .. }) => {}
+        other => problems.push(format!(
+            "ACK right after DROP TABLE: expected 1146, got {other:?}"
+        )),
+    }
+    assert!(
+        problems.is_empty(),
+        "the DDL's OK came before the proxy had loaded the change:\n  {}",
+        problems.join("\n  ")
+    );
+}

@@ -1,0 +1,390 @@
+//! msgproxy-bench: how close msgproxy comes to the server itself, and to the brokers users would
+//! pick instead.
+//!
+//! ```text
+//! cargo run --release --bin msgproxy-bench -- [--smoke] [--only point,large,...]
+//! ```
+//!
+//! It starts a throwaway MariaDB (or uses `--backend`) and msgproxy in front of it, runs each
+//! scenario against the server directly and through msgproxy in the same run, interleaved
+//! (direct, proxy, direct, proxy, ...) for `--reps` repetitions, and prints one Markdown table
+//! of medians with their min–max. `--smoke` runs every scenario for a moment with tiny sizes and
+//! fails only when a scenario cannot run, so CI keeps the tool working.
+//!
+//! Layout:
+//! - `wire` — the load generator's own minimal MySQL client (cheap per request).
+//! - `servers` — the throwaway MariaDB and the msgproxy process; CPU and memory readings.
+//! - `report` — percentiles, medians over repetitions, the table.
+//! - `passthrough` — point SELECTs (text and prepared), one large result, connection set-up.
+//! - `messaging` — end-to-end latency, sustained throughput, a large backlog.
+//! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
+
+mod messaging;
+mod passthrough;
+mod report;
+mod servers;
+mod wire;
+
+#[cfg(feature = "brokers")]
+mod brokers;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use report::Row;
+use servers::{MariaDb, Proxy, ServerSettings, WorkDir};
+use wire::{Conn, Target};
+
+/// Scenarios, in the order they run.
+const SCENARIOS: &[&str] = &[
+    "point",
+    "large",
+    "connect",
+    "latency",
+    "throughput",
+    "backlog",
+    "brokers",
+];
+
+#[derive(Parser, Debug, Clone)]
+#[command(
+    name = "msgproxy-bench",
+    about = "Benchmarks msgproxy against the server it fronts, and its messaging against RabbitMQ and NATS JetStream"
+)]
+pub struct Opts {
+    /// Run every scenario for about a second with tiny sizes; fail only if a scenario cannot run.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Use this server instead of starting a throwaway MariaDB (mysql://user:pass@host:port/db).
+    /// Its durability settings are read, not changed.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// The msgproxy binary (default: the one next to this binary, built first under `cargo run`).
+    #[arg(long)]
+    pub proxy_bin: Option<PathBuf>,
+    /// Comma-separated scenarios to run (point, large, connect, latency, throughput, backlog,
+    /// brokers); default all.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// Repetitions of each measurement (direct and proxy interleaved).
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Seconds each timed run lasts.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Rows of the large result.
+    #[arg(long)]
+    pub large_rows: Option<u64>,
+    /// Due rows in the backlog scenario.
+    #[arg(long)]
+    pub backlog_rows: Option<u64>,
+    /// Seconds the backlog is drained for (the drain rate is measured over this time).
+    #[arg(long)]
+    pub drain_seconds: Option<f64>,
+    /// innodb_flush_log_at_trx_commit of the throwaway server (1 = durable: fsync at every commit).
+    #[arg(long, default_value_t = 1)]
+    pub flush_log_at_trx_commit: u8,
+    /// sync_binlog of the throwaway server (1 = fsync the binlog at every commit).
+    #[arg(long, default_value_t = 1)]
+    pub sync_binlog: u32,
+    /// innodb_buffer_pool_size of the throwaway server.
+    #[arg(long, default_value = "1G")]
+    pub buffer_pool: String,
+    /// Connections of the concurrent pass-through runs.
+    #[arg(long, default_value_t = 32)]
+    pub connections: usize,
+    /// Producer connections in the messaging runs.
+    #[arg(long, default_value_t = 4)]
+    pub producers: usize,
+    /// STREAM consumers in the messaging runs (each with its own ack connection).
+    #[arg(long, default_value_t = 2)]
+    pub consumers: usize,
+    /// Rows per INSERT in the multi-row runs (messages per confirmed batch for the brokers).
+    #[arg(long, default_value_t = 100)]
+    pub multi_rows: usize,
+    /// Messages per second of the latency runs.
+    #[arg(long, default_value_t = 1000.0)]
+    pub rate: f64,
+    /// vt_batch_size of the bench's message tables.
+    #[arg(long, default_value_t = 100)]
+    pub batch_size: usize,
+    /// vt_cache_size of the bench's message tables.
+    #[arg(long, default_value_t = 10000)]
+    pub cache_size: usize,
+    /// vt_poller_interval (seconds) of the bench's message tables.
+    #[arg(long, default_value_t = 1.0)]
+    pub poller_interval: f64,
+    /// RabbitMQ to compare with.
+    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub rabbitmq: String,
+    /// NATS (with JetStream) to compare with.
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    pub nats: String,
+    /// Keep the work dir (server data, logs) after the run.
+    #[arg(long)]
+    pub keep_workdir: bool,
+}
+
+impl Opts {
+    pub fn reps(&self) -> usize {
+        self.reps.unwrap_or(if self.smoke { 1 } else { 3 }).max(1)
+    }
+
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.duration.unwrap_or(if self.smoke { 0.5 } else { 5.0 }))
+    }
+
+    pub fn large_rows(&self) -> u64 {
+        self.large_rows
+            .unwrap_or(if self.smoke { 10_000 } else { 1_000_000 })
+    }
+
+    pub fn backlog_rows(&self) -> u64 {
+        self.backlog_rows
+            .unwrap_or(if self.smoke { 5_000 } else { 1_000_000 })
+    }
+
+    pub fn drain(&self) -> Duration {
+        Duration::from_secs_f64(
+            self.drain_seconds
+                .unwrap_or(if self.smoke { 1.0 } else { 10.0 }),
+        )
+    }
+
+    fn wants(&self, scenario: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|s| s == scenario)
+    }
+}
+
+/// What every scenario gets: where the server and the proxy are, and where results go.
+pub struct Ctx {
+    pub opts: Opts,
+    pub direct: Target,
+    pub proxied: Target,
+    pub proxy: Proxy,
+    pub proxy_bin: PathBuf,
+    pub work: PathBuf,
+    /// The throwaway server's pid (None for a `--backend` server, whose CPU is not read).
+    pub server_pid: Option<u32>,
+    pub rows: Vec<Row>,
+    /// Messaging figures kept for the comparison with the brokers.
+    pub figures: std::collections::BTreeMap<String, report::Summary>,
+}
+
+impl Ctx {
+    /// Pids whose CPU use is reported: server, proxy, and the bench itself.
+    pub fn cpu_pids(&self) -> Vec<(&'static str, u32)> {
+        let mut v = Vec::new();
+        if let Some(p) = self.server_pid {
+            v.push(("srv", p));
+        }
+        v.push(("px", self.proxy.process.pid()));
+        v.push(("cli", std::process::id()));
+        v
+    }
+
+    /// Replaces the proxy with a fresh process (so its peak memory belongs to one scenario).
+    pub fn restart_proxy(&mut self, tag: &str) -> Result<(), String> {
+        self.proxy.process.stop(Duration::from_secs(5));
+        self.proxy = Proxy::start(&self.proxy_bin, &self.direct, &self.work, tag)?;
+        self.proxied = self.direct.with_port(self.proxy.port);
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let opts = Opts::parse();
+    for s in &opts.only {
+        if !SCENARIOS.contains(&s.as_str()) {
+            eprintln!("unknown scenario {s:?}; known: {}", SCENARIOS.join(", "));
+            return ExitCode::from(2);
+        }
+    }
+    // One thread for the load generator: no cross-thread wake-ups per request, and it leaves the
+    // other core to the server and the proxy. The table's CPU column shows what it used.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(opts)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("msgproxy-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the scenarios; `Ok(false)` when one of them failed to run.
+async fn run(opts: Opts) -> Result<bool, String> {
+    let work = WorkDir::create(opts.keep_workdir)?;
+    let proxy_bin = servers::proxy_binary(opts.proxy_bin.as_deref())?;
+    let settings = ServerSettings {
+        buffer_pool: if opts.smoke && opts.buffer_pool == "1G" {
+            "128M".into()
+        } else {
+            opts.buffer_pool.clone()
+        },
+        flush_log_at_trx_commit: opts.flush_log_at_trx_commit,
+        sync_binlog: opts.sync_binlog,
+    };
+    let (server, direct) = match &opts.backend {
+        Some(url) => (None, Target::parse(url)?),
+        None => {
+            let db = MariaDb::start(&work.path, &settings)?;
+            let t = db.target.clone();
+            (Some(db), t)
+        }
+    };
+    // The bench's database.
+    {
+        let mut admin = Conn::connect(&Target {
+            db: String::new(),
+            ..direct.clone()
+        })
+        .await
+        .map_err(|e| format!("cannot connect to the server: {e}"))?;
+        admin
+            .query(&format!("CREATE DATABASE IF NOT EXISTS `{}`", direct.db))
+            .await
+            .map_err(|e| format!("create database: {e}"))?;
+    }
+    let proxy = Proxy::start(&proxy_bin, &direct, &work.path, "main")?;
+    let proxied = direct.with_port(proxy.port);
+    let mut ctx = Ctx {
+        opts: opts.clone(),
+        direct,
+        proxied,
+        proxy,
+        proxy_bin,
+        work: work.path.clone(),
+        server_pid: server.as_ref().map(|s| s.process.pid()),
+        rows: Vec::new(),
+        figures: Default::default(),
+    };
+    let header = describe(&ctx, server.as_ref()).await;
+    eprintln!("{header}");
+
+    let mut failed = Vec::new();
+    for &scenario in SCENARIOS {
+        if !opts.wants(scenario) {
+            continue;
+        }
+        eprintln!("== {scenario}");
+        let started = std::time::Instant::now();
+        let result = match scenario {
+            "point" => passthrough::point_selects(&mut ctx).await,
+            "large" => passthrough::large_result(&mut ctx).await,
+            "connect" => passthrough::connection_setup(&mut ctx).await,
+            "latency" => messaging::latency(&mut ctx).await,
+            "throughput" => messaging::throughput(&mut ctx).await,
+            "backlog" => messaging::backlog(&mut ctx).await,
+            "brokers" => run_brokers(&mut ctx).await,
+            _ => Ok(()),
+        };
+        match result {
+            Ok(()) => eprintln!(
+                "== {scenario}: done in {:.1} s",
+                started.elapsed().as_secs_f64()
+            ),
+            Err(e) => {
+                eprintln!("== {scenario}: FAILED: {e}");
+                failed.push(scenario);
+                if !ctx.proxy.process.alive() {
+                    eprintln!("msgproxy died; its log:\n{}", ctx.proxy.process.log_tail());
+                    ctx.restart_proxy("after-failure")?;
+                }
+            }
+        }
+    }
+    println!();
+    println!("{header}");
+    println!();
+    report::print_table(&ctx.rows);
+    if !failed.is_empty() {
+        println!();
+        println!("FAILED to run: {}", failed.join(", "));
+    }
+    drop(ctx);
+    drop(server);
+    Ok(failed.is_empty())
+}
+
+#[cfg(feature = "brokers")]
+async fn run_brokers(ctx: &mut Ctx) -> Result<(), String> {
+    brokers::compare(ctx).await
+}
+
+#[cfg(not(feature = "brokers"))]
+async fn run_brokers(ctx: &mut Ctx) -> Result<(), String> {
+    let mut row = Row::new("brokers", "RabbitMQ / NATS JetStream");
+    row.note = "not built: `--features brokers`".into();
+    ctx.rows.push(row);
+    eprintln!("   (skipped: build with --features brokers to compare with RabbitMQ and NATS)");
+    Ok(())
+}
+
+/// The run's context lines: machine, load, server, durability, options.
+async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    let mut durability = String::from("unknown");
+    if let Ok(mut c) = Conn::connect(&ctx.direct).await {
+        if let Ok(rows) = c
+            .query_rows("SELECT @@version, @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@innodb_buffer_pool_size DIV 1048576, @@binlog_format")
+            .await
+        {
+            if let Some(r) = rows.first() {
+                let v = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
+                durability = format!(
+                    "MariaDB {}, innodb_flush_log_at_trx_commit={}, sync_binlog={}, buffer pool {} MiB, binlog_format={}",
+                    v(0),
+                    v(1),
+                    v(2),
+                    v(3),
+                    v(4)
+                );
+            }
+        }
+        c.quit().await;
+    }
+    let o = &ctx.opts;
+    format!(
+        "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}",
+        if server.is_some() { "throwaway" } else { "--backend" },
+        ctx.proxy_bin.display(),
+        o.reps(),
+        o.duration().as_secs_f64(),
+        o.connections,
+        o.producers,
+        o.consumers,
+        o.multi_rows,
+        o.batch_size,
+        o.cache_size,
+        o.poller_interval,
+        if o.smoke { " (SMOKE: figures mean nothing)" } else { "" }
+    )
+}

@@ -1,0 +1,501 @@
+//! From a rows event's row images to what a table manager wants: the after image of a changed
+//! row ([`ChangedRow`]) or the key of a deleted one.
+//!
+//! Columns come by position; their names come from the table map's optional metadata
+//! (`binlog_row_metadata=FULL`), so an event is read with the column layout it was written with,
+//! even when the table was altered since. A table map without names, a row image without one of
+//! the needed columns (`binlog_row_image` set to MINIMAL by some session), or an id of a type
+//! whose key cannot be rebuilt from the binlog makes [`Layout::new`] or [`Layout::changes`] fail;
+//! the caller then asks the manager to poll instead, which is always correct, only slower.
+//!
+//! # Keys
+//!
+//! A key must be byte for byte what the poller reads with `MessageTable::key_sql` (see
+//! `messaging::table`):
+//!
+//! - numeric ids: the decimal text the server prints — integers plain, `DECIMAL` with its scale
+//!   (`5.00`), `YEAR` as four digits (`0000` for the zero year);
+//! - text and binary ids: upper-case hex of the stored bytes. The binlog strips the padding of
+//!   fixed-length `BINARY(n)` (and MariaDB's `UUID`/`INET4`/`INET6`, stored the same way) while
+//!   `HEX()` shows it, so those are padded back with zero bytes to the column's length. `CHAR`
+//!   loses its trailing spaces both in the binlog and in `HEX()`, so it needs nothing.
+//!
+//! Ids keyed by the text form of a value the binlog carries in another form (dates, times,
+//! `ENUM`, `SET`) are not rebuilt: rows of such tables are picked up by a poll.
+
+use mysql_common::binlog::events::{OptionalMetaExtractor, RowsEventData, TableMapEvent};
+use mysql_common::binlog::row::BinlogRow;
+use mysql_common::binlog::value::BinlogValue;
+use mysql_common::constants::ColumnType;
+use mysql_common::Value;
+
+use crate::messaging::manager::ChangedRow;
+use crate::messaging::table::{IdKind, MessageTable};
+
+/// One row change of a message table, in the order the server applied it.
+#[derive(Debug, Clone)]
+pub enum RowChange {
+    /// Inserted or updated: the after image.
+    Changed(ChangedRow),
+    /// Deleted (or an update moved the row to another id): the old key.
+    Deleted(Box<[u8]>),
+}
+
+/// How the id column's binlog value becomes a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyCodec {
+    /// Integers and `DECIMAL`: the value's decimal text.
+    Decimal,
+    /// `YEAR`: four digits.
+    Year,
+    /// Text and binary ids: upper-case hex, zero-padded to `pad_to` bytes when set.
+    Hex { pad_to: Option<usize> },
+}
+
+/// Where the columns the engine cares about sit in one table map's rows.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    id: usize,
+    priority: Option<usize>,
+    time_next: usize,
+    time_acked: usize,
+    codec: KeyCodec,
+}
+
+impl Layout {
+    /// Finds the columns of `def` in the table map `tme`, or says why rows of this table map
+    /// cannot be read (the caller falls back to polling).
+    pub fn new(def: &MessageTable, tme: &TableMapEvent<'_>) -> Result<Layout, String> {
+        let count = tme.columns_count() as usize;
+        let names = column_names(tme)?;
+        if names.len() != count {
+            return Err(format!(
+                "the table map names {} of {count} columns (is binlog_row_metadata FULL?)",
+                names.len()
+            ));
+        }
+        let find =
+            |wanted: &str| -> Option<usize> { names.iter().position(|n| same_name(n, wanted)) };
+        let need = |wanted: &str| -> Result<usize, String> {
+            find(wanted).ok_or_else(|| format!("the table map has no column {wanted}"))
+        };
+        let id = need(def.id_column())?;
+        let time_next = need("time_next")?;
+        let time_acked = need("time_acked")?;
+        let priority = if def.has_priority {
+            Some(need("priority")?)
+        } else {
+            None
+        };
+        let ty = match tme.get_column_type(id) {
+            Ok(Some(ty)) => ty,
+            _ => return Err("the table map has no type for the id column".to_string()),
+        };
+        let codec = codec_for(&def.id_kind, ty, tme.get_column_metadata(id).unwrap_or(&[]))?;
+        Ok(Layout {
+            id,
+            priority,
+            time_next,
+            time_acked,
+            codec,
+        })
+    }
+
+    /// The changes one rows event makes, in order. Fails as a whole (the caller polls) when any
+    /// row cannot be read.
+    pub fn changes(
+        &self,
+        rows: &RowsEventData<'_>,
+        tme: &TableMapEvent<'_>,
+    ) -> Result<Vec<RowChange>, String> {
+        let before_cols = rows.columns_before_image();
+        let after_cols = rows.columns_after_image();
+        let before = |i: usize| image_index(before_cols.map(|b| b.iter().by_vals()), i);
+        let after = |i: usize| image_index(after_cols.map(|b| b.iter().by_vals()), i);
+        let mut out = Vec::new();
+        for row in rows.rows(tme) {
+            let (old, new) = row.map_err(|e| format!("cannot decode a row: {e}"))?;
+            let old_key = match &old {
+                Some(image) => Some(self.key(image, &before)?),
+                None => None,
+            };
+            match &new {
+                Some(image) => {
+                    let changed = self.changed_row(image, &after)?;
+                    if let Some(k) = old_key.filter(|k| *k != changed.key) {
+                        out.push(RowChange::Deleted(k));
+                    }
+                    out.push(RowChange::Changed(changed));
+                }
+                None => match old_key {
+                    Some(k) => out.push(RowChange::Deleted(k)),
+                    None => return Err("a row with neither image".to_string()),
+                },
+            }
+        }
+        Ok(out)
+    }
+
+    fn key(
+        &self,
+        image: &BinlogRow,
+        index: &dyn Fn(usize) -> Option<usize>,
+    ) -> Result<Box<[u8]>, String> {
+        let value = value_at(image, index, self.id, "id")?;
+        key_of(value, self.codec).ok_or_else(|| format!("cannot make a key of id {value:?}"))
+    }
+
+    fn changed_row(
+        &self,
+        image: &BinlogRow,
+        index: &dyn Fn(usize) -> Option<usize>,
+    ) -> Result<ChangedRow, String> {
+        let int = |col: usize, what: &str| -> Result<Option<i64>, String> {
+            let v = value_at(image, index, col, what)?;
+            int_of(v).ok_or_else(|| format!("{what} is not an integer: {v:?}"))
+        };
+        Ok(ChangedRow {
+            key: self.key(image, index)?,
+            priority: match self.priority {
+                Some(col) => int(col, "priority")?,
+                None => None,
+            },
+            time_next: int(self.time_next, "time_next")?,
+            time_acked: int(self.time_acked, "time_acked")?,
+        })
+    }
+}
+
+/// The column names a table map carries (empty without `binlog_row_metadata=FULL`).
+fn column_names(tme: &TableMapEvent<'_>) -> Result<Vec<String>, String> {
+    let meta = OptionalMetaExtractor::new(tme.iter_optional_meta())
+        .map_err(|e| format!("cannot read the table map's metadata: {e}"))?;
+    meta.iter_column_name()
+        .map(|n| {
+            n.map(|n| n.name().into_owned())
+                .map_err(|e| format!("cannot read the table map's column names: {e}"))
+        })
+        .collect()
+}
+
+/// MySQL compares column names case-insensitively (see `messaging::table`).
+fn same_name(a: &str, b: &str) -> bool {
+    a == b || a.to_lowercase() == b.to_lowercase()
+}
+
+/// The position of table column `col` within a row image that holds only the columns set in
+/// `present` (all of them with `binlog_row_image=FULL`), or `None` if it is not in the image.
+fn image_index(present: Option<impl Iterator<Item = bool>>, col: usize) -> Option<usize> {
+    let mut index = 0;
+    for (i, set) in present?.enumerate() {
+        if i == col {
+            return set.then_some(index);
+        }
+        if set {
+            index += 1;
+        }
+    }
+    None
+}
+
+fn value_at<'r>(
+    image: &'r BinlogRow,
+    index: &dyn Fn(usize) -> Option<usize>,
+    col: usize,
+    what: &str,
+) -> Result<&'r Value, String> {
+    let at = index(col).ok_or_else(|| {
+        format!("the row image lacks {what} (is binlog_row_image FULL in every session?)")
+    })?;
+    match image.as_ref(at) {
+        Some(BinlogValue::Value(v)) => Ok(v),
+        Some(other) => Err(format!("{what} has an unexpected value {other:?}")),
+        None => Err(format!("the row image lacks {what}")),
+    }
+}
+
+/// How to key an id of kind `kind` that the binlog carries as `ty` (with `meta`, its table-map
+/// metadata).
+fn codec_for(kind: &IdKind, ty: ColumnType, meta: &[u8]) -> Result<KeyCodec, String> {
+    use ColumnType::*;
+    let unsupported = || {
+        Err(format!(
+            "an id carried in the binlog as {ty:?} cannot be keyed like the poller does"
+        ))
+    };
+    match kind {
+        IdKind::Numeric => match ty {
+            MYSQL_TYPE_TINY
+            | MYSQL_TYPE_SHORT
+            | MYSQL_TYPE_INT24
+            | MYSQL_TYPE_LONG
+            | MYSQL_TYPE_LONGLONG
+            | MYSQL_TYPE_NEWDECIMAL => Ok(KeyCodec::Decimal),
+            MYSQL_TYPE_YEAR => Ok(KeyCodec::Year),
+            _ => unsupported(),
+        },
+        IdKind::Text { .. } => match ty {
+            MYSQL_TYPE_VARCHAR
+            | MYSQL_TYPE_VAR_STRING
+            | MYSQL_TYPE_STRING
+            | MYSQL_TYPE_BLOB
+            | MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB
+            | MYSQL_TYPE_LONG_BLOB => Ok(KeyCodec::Hex { pad_to: None }),
+            _ => unsupported(),
+        },
+        IdKind::Binary => match ty {
+            MYSQL_TYPE_VARCHAR
+            | MYSQL_TYPE_VAR_STRING
+            | MYSQL_TYPE_BLOB
+            | MYSQL_TYPE_TINY_BLOB
+            | MYSQL_TYPE_MEDIUM_BLOB
+            | MYSQL_TYPE_LONG_BLOB => Ok(KeyCodec::Hex { pad_to: None }),
+            MYSQL_TYPE_STRING => match fixed_string_length(meta) {
+                Some(len) => Ok(KeyCodec::Hex { pad_to: Some(len) }),
+                None => Err("the table map has no length for the binary id".to_string()),
+            },
+            _ => unsupported(),
+        },
+    }
+}
+
+/// The byte length of a `MYSQL_TYPE_STRING` column from its two metadata bytes (the same rule
+/// the server uses; lengths above 255 borrow two bits of the real-type byte).
+fn fixed_string_length(meta: &[u8]) -> Option<usize> {
+    let (&b0, &b1) = (meta.first()?, meta.get(1)?);
+    let (b0, b1) = (b0 as usize, b1 as usize);
+    Some(if b0 & 0x30 != 0x30 {
+        b1 | (((b0 & 0x30) ^ 0x30) << 4)
+    } else {
+        b1
+    })
+}
+
+/// The key of an id value, as `MessageTable::key_sql` would read it; `None` if the value does
+/// not fit the codec.
+fn key_of(value: &Value, codec: KeyCodec) -> Option<Box<[u8]>> {
+    let text = match (codec, value) {
+        (KeyCodec::Decimal, Value::Int(i)) => i.to_string(),
+        (KeyCodec::Decimal, Value::UInt(u)) => u.to_string(),
+        (KeyCodec::Decimal, Value::Bytes(b)) => normalize_decimal(std::str::from_utf8(b).ok()?)?,
+        (KeyCodec::Year, Value::Bytes(b)) => year_text(std::str::from_utf8(b).ok()?)?,
+        (KeyCodec::Year, Value::Int(y)) => year_text(&y.to_string())?,
+        (KeyCodec::Hex { pad_to }, Value::Bytes(b)) => {
+            let len = pad_to.map_or(b.len(), |p| p.max(b.len()));
+            return Some(upper_hex(b, len).into_bytes().into_boxed_slice());
+        }
+        _ => return None,
+    };
+    Some(text.into_bytes().into_boxed_slice())
+}
+
+/// Upper-case hex of `bytes`, followed by `00` pairs up to `len` bytes.
+fn upper_hex(bytes: &[u8], len: usize) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(len * 2);
+    for i in 0..len {
+        let b = bytes.get(i).copied().unwrap_or(0);
+        out.push(DIGITS[(b >> 4) as usize] as char);
+        out.push(DIGITS[(b & 0xF) as usize] as char);
+    }
+    out
+}
+
+/// A DECIMAL's text as the server prints it: no leading zeros in the integer part (but one
+/// zero before the point), the scale's digits kept, no minus on zero. mysql_common prints
+/// whole groups of nine digits, zeros included, for wide columns.
+fn normalize_decimal(text: &str) -> Option<String> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    if int.is_empty() && frac.is_empty()
+        || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let int = int.trim_start_matches('0');
+    let int = if int.is_empty() { "0" } else { int };
+    let zero = int == "0" && frac.bytes().all(|b| b == b'0');
+    let mut out = String::with_capacity(text.len());
+    if negative && !zero {
+        out.push('-');
+    }
+    out.push_str(int);
+    if !frac.is_empty() {
+        out.push('.');
+        out.push_str(frac);
+    }
+    Some(out)
+}
+
+/// mysql_common reads a YEAR as `1900 + stored byte`; the stored 0 is the zero year, which the
+/// server prints as `0000` (1900 itself is outside YEAR's range).
+fn year_text(text: &str) -> Option<String> {
+    let year: u32 = text.parse().ok()?;
+    Some(if year == 1900 || year == 0 {
+        "0000".to_string()
+    } else {
+        format!("{year:04}")
+    })
+}
+
+/// A time or priority column's value: `Some(None)` for NULL, `None` if it is not an integer.
+fn int_of(value: &Value) -> Option<Option<i64>> {
+    match value {
+        Value::NULL => Some(None),
+        Value::Int(i) => Some(Some(*i)),
+        // An unsigned bigint above i64::MAX is a time beyond 2262: as good as "never".
+        Value::UInt(u) => Some(Some(i64::try_from(*u).unwrap_or(i64::MAX))),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_keys_are_decimal_text() {
+        let k = |v: Value| key_of(&v, KeyCodec::Decimal).map(|k| k.to_vec());
+        assert_eq!(k(Value::Int(42)).as_deref(), Some(&b"42"[..]));
+        assert_eq!(k(Value::Int(-7)).as_deref(), Some(&b"-7"[..]));
+        assert_eq!(k(Value::Int(0)).as_deref(), Some(&b"0"[..]));
+        assert_eq!(
+            k(Value::UInt(u64::MAX)).as_deref(),
+            Some(&b"18446744073709551615"[..])
+        );
+        assert_eq!(
+            k(Value::Int(i64::MIN)).as_deref(),
+            Some(&b"-9223372036854775808"[..])
+        );
+        assert_eq!(k(Value::NULL), None);
+        assert_eq!(k(Value::Float(1.0)), None);
+    }
+
+    #[test]
+    fn decimal_keys_keep_their_scale() {
+        let k = |s: &str| {
+            key_of(&Value::Bytes(s.as_bytes().to_vec()), KeyCodec::Decimal)
+                .map(|k| String::from_utf8(k.to_vec()).unwrap_or_default())
+        };
+        assert_eq!(k("5.00").as_deref(), Some("5.00"));
+        assert_eq!(k("-0.50").as_deref(), Some("-0.50"));
+        assert_eq!(k("0000000000000000005").as_deref(), Some("5"));
+        assert_eq!(k("000000000123.450").as_deref(), Some("123.450"));
+        assert_eq!(k("0.00").as_deref(), Some("0.00"));
+        assert_eq!(k("-0.00").as_deref(), Some("0.00"));
+        assert_eq!(k("-0").as_deref(), Some("0"));
+        assert_eq!(k("00.10").as_deref(), Some("0.10"));
+        assert_eq!(k(".5").as_deref(), Some("0.5"));
+        assert_eq!(
+            k("123456789012345678901234567890").as_deref(),
+            Some("123456789012345678901234567890")
+        );
+        for bad in ["", "-", ".", "1e5", "1.2.3", "abc", " 1"] {
+            assert_eq!(k(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn year_keys() {
+        let k = |s: &str| {
+            key_of(&Value::Bytes(s.as_bytes().to_vec()), KeyCodec::Year)
+                .map(|k| String::from_utf8(k.to_vec()).unwrap_or_default())
+        };
+        assert_eq!(k("2024").as_deref(), Some("2024"));
+        assert_eq!(k("1901").as_deref(), Some("1901"));
+        assert_eq!(k("1900").as_deref(), Some("0000"));
+        assert_eq!(k("x"), None);
+    }
+
+    #[test]
+    fn hex_keys_are_upper_case_and_padded() {
+        let k = |b: &[u8], pad_to| {
+            key_of(&Value::Bytes(b.to_vec()), KeyCodec::Hex { pad_to })
+                .map(|k| String::from_utf8(k.to_vec()).unwrap_or_default())
+        };
+        assert_eq!(k(b"hello", None).as_deref(), Some("68656C6C6F"));
+        assert_eq!(k(b"", None).as_deref(), Some(""));
+        assert_eq!(k(&[0x00, 0xff, 0xab], None).as_deref(), Some("00FFAB"));
+        // BINARY(6) holding 'ab': the binlog drops the zero padding, HEX() shows it.
+        assert_eq!(k(b"ab", Some(6)).as_deref(), Some("616200000000"));
+        // Never truncated.
+        assert_eq!(k(b"abc", Some(2)).as_deref(), Some("616263"));
+        // 'hé' in latin1 and utf8mb4: the stored bytes, whatever the charset.
+        assert_eq!(k(&[0x68, 0xe9], None).as_deref(), Some("68E9"));
+        assert_eq!(k("hé".as_bytes(), None).as_deref(), Some("68C3A9"));
+        assert_eq!(key_of(&Value::Int(1), KeyCodec::Hex { pad_to: None }), None);
+    }
+
+    #[test]
+    fn fixed_string_lengths() {
+        assert_eq!(fixed_string_length(&[254, 16]), Some(16));
+        assert_eq!(fixed_string_length(&[254, 6]), Some(6));
+        // CHAR(255) in utf8mb4 is 1020 bytes: 0x3FC = high bits folded into the type byte.
+        assert_eq!(fixed_string_length(&[0xCE, 0xFC]), Some(1020));
+        assert_eq!(fixed_string_length(&[254]), None);
+    }
+
+    #[test]
+    fn codecs_by_kind_and_binlog_type() {
+        use ColumnType::*;
+        let text = IdKind::Text {
+            charset: "utf8mb4".into(),
+        };
+        assert_eq!(
+            codec_for(&IdKind::Numeric, MYSQL_TYPE_LONGLONG, &[]),
+            Ok(KeyCodec::Decimal)
+        );
+        assert_eq!(
+            codec_for(&IdKind::Numeric, MYSQL_TYPE_NEWDECIMAL, &[20, 2]),
+            Ok(KeyCodec::Decimal)
+        );
+        assert_eq!(
+            codec_for(&IdKind::Numeric, MYSQL_TYPE_YEAR, &[]),
+            Ok(KeyCodec::Year)
+        );
+        assert!(codec_for(&IdKind::Numeric, MYSQL_TYPE_DOUBLE, &[8]).is_err());
+        assert_eq!(
+            codec_for(&text, MYSQL_TYPE_VARCHAR, &[40, 0]),
+            Ok(KeyCodec::Hex { pad_to: None })
+        );
+        assert_eq!(
+            codec_for(&text, MYSQL_TYPE_STRING, &[254, 20]),
+            Ok(KeyCodec::Hex { pad_to: None })
+        );
+        assert!(codec_for(&text, MYSQL_TYPE_DATETIME2, &[0]).is_err());
+        assert!(codec_for(&text, MYSQL_TYPE_ENUM, &[247, 1]).is_err());
+        assert_eq!(
+            codec_for(&IdKind::Binary, MYSQL_TYPE_STRING, &[254, 16]),
+            Ok(KeyCodec::Hex { pad_to: Some(16) })
+        );
+        assert_eq!(
+            codec_for(&IdKind::Binary, MYSQL_TYPE_BLOB, &[2]),
+            Ok(KeyCodec::Hex { pad_to: None })
+        );
+    }
+
+    #[test]
+    fn image_positions() {
+        let all = [true, true, true, true];
+        assert_eq!(image_index(Some(all.iter().copied()), 2), Some(2));
+        let some = [true, false, true, true];
+        assert_eq!(image_index(Some(some.iter().copied()), 1), None);
+        assert_eq!(image_index(Some(some.iter().copied()), 2), Some(1));
+        assert_eq!(image_index(Some(some.iter().copied()), 3), Some(2));
+        assert_eq!(image_index(Some(some.iter().copied()), 9), None);
+        assert_eq!(image_index(None::<std::iter::Empty<bool>>, 0), None);
+    }
+
+    #[test]
+    fn time_values() {
+        assert_eq!(int_of(&Value::NULL), Some(None));
+        assert_eq!(int_of(&Value::Int(-3)), Some(Some(-3)));
+        assert_eq!(int_of(&Value::UInt(5)), Some(Some(5)));
+        assert_eq!(int_of(&Value::UInt(u64::MAX)), Some(Some(i64::MAX)));
+        assert_eq!(int_of(&Value::Bytes(b"1".to_vec())), None);
+    }
+}
