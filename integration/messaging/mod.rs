@@ -29,4 +29,5 @@ mod arrival;
 mod columns;
 mod errors;
 mod harness;
+mod hostile_names;
 mod streams;

@@ -46,6 +46,9 @@ pub(super) enum SessionEnd {
     Client(std::io::Error),
     #[error("backend connection lost: {0}")]
     Backend(std::io::Error),
+    /// The backend closed the connection between commands (KILL, wait_timeout, shutdown).
+    #[error("backend closed the connection: {0}")]
+    BackendClosed(std::io::Error),
     #[error("backend sent a malformed response")]
     Protocol,
     #[error("proxy shutting down")]
@@ -93,7 +96,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let end = self.command_loop().await;
         let peer = self.peer;
         match &end {
-            SessionEnd::Quit | SessionEnd::Client(_) => debug!(%peer, "session ended: {end}"),
+            SessionEnd::Quit | SessionEnd::Client(_) | SessionEnd::BackendClosed(_) => {
+                debug!(%peer, "session ended: {end}")
+            }
             SessionEnd::Shutdown => {
                 self.backend.quit().await;
                 return;
@@ -145,10 +150,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if !said.is_empty() {
                     let _ = self.client.get_mut().write_all(&said).await;
                 }
-                Err(match r {
-                    Ok(0) | Ok(_) => SessionEnd::Backend(std::io::ErrorKind::ConnectionAborted.into()),
-                    Err(e) => SessionEnd::Backend(e),
-                })
+                // Nothing of the proxy's own is added: a direct client would see the same bytes
+                // and then the connection close.
+                Err(SessionEnd::BackendClosed(match r {
+                    Ok(_) => std::io::ErrorKind::ConnectionAborted.into(),
+                    Err(e) => e,
+                }))
             }
             _ = self.ctx.shutdown.cancelled() => Err(SessionEnd::Shutdown),
         }
@@ -177,7 +184,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 .reply_error(ErrorPacket::new(
                     ER_UNKNOWN_COM_ERROR,
                     "08S01",
-                    "Empty command packet",
+                    "Unknown command",
                 ))
                 .await;
         };

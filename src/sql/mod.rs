@@ -15,12 +15,17 @@
 //! - `lexer.rs` — a MariaDB-compatible lexer for the statements parsed here (positions, lines, quoting);
 //! - `reserved.rs` — the words MariaDB refuses as an unquoted table name;
 //! - `statements.rs` — [`VirtualStatement`], [`parse_virtual`] and its MariaDB-worded [`SyntaxError`].
+//! - `property_tests.rs` (tests only) — fixed-seed properties across the classifier, the parser and `rewrite`:
+//!   what is relayed untouched, and odd names and ids surviving `STREAM`/`ACK`.
 
 mod classify;
 mod lexer;
 mod reserved;
 mod rewrite;
 mod statements;
+
+#[cfg(test)]
+mod property_tests;
 
 pub use classify::classify;
 pub use rewrite::rewrite;

@@ -1,0 +1,181 @@
+//! Odd but legal names and ids: message tables whose names hold backticks, spaces, unicode or
+//! reserved words, in a database whose name is odd too; string ids with quotes, backslashes and
+//! unicode; binary ids. Each is inserted through the proxy, streamed, received exactly once,
+//! acked with a proper SQL literal, seen acked in the database, and not sent again.
+
+use std::collections::BTreeMap;
+
+use mysql_async::prelude::*;
+use mysql_async::Value;
+
+use super::harness::{comment, exec, secs, Env, Stream};
+
+/// `name` as a backtick-quoted identifier (embedded backticks doubled).
+fn ident(name: &str) -> String {
+    format!("`{}`", name.replace('`', "``"))
+}
+
+/// `s` as a single-quoted SQL string literal (default sql_mode: backslash escapes).
+fn string_literal(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// `b` as a hexadecimal literal.
+fn hex_literal(b: &[u8]) -> String {
+    let hex: String = b.iter().map(|x| format!("{x:02X}")).collect();
+    format!("X'{hex}'")
+}
+
+fn table_ddl(name: &str, id_type: &str) -> String {
+    format!(
+        "create table {}(id {id_type} primary key, time_next bigint, epoch bigint, \
+         time_acked bigint, message varchar(20)) default charset utf8mb4 comment '{}'",
+        ident(name),
+        comment("1", 10, "1", "")
+    )
+}
+
+/// The raw bytes of the first column (the id) of a streamed row.
+fn first_bytes(values: &[Value]) -> Vec<u8> {
+    match values.first() {
+        Some(Value::Bytes(b)) => b.clone(),
+        other => panic!("id column is not bytes: {other:?}"),
+    }
+}
+
+/// Rows of `table` with `time_acked` set, straight from the server, by id (as bytes).
+async fn acked_ids(env: &Env, table: &str) -> BTreeMap<Vec<u8>, bool> {
+    let mut c = env.direct_conn().await;
+    let rows: Vec<(Vec<u8>, Option<i64>)> = c
+        .query(format!("SELECT id, time_acked FROM {}", ident(table)))
+        .await
+        .unwrap_or_else(|e| panic!("read {table}: {e}"));
+    let _ = c.disconnect().await;
+    rows.into_iter()
+        .map(|(id, acked)| (id, acked.is_some_and(|t| t != 0)))
+        .collect()
+}
+
+/// One table's round trip. `ids` are (the id's bytes, the literal used to insert and ack it);
+/// `qualified` names the table as `` `db`.`table` `` in STREAM and ACK.
+async fn round_trip(env: &Env, table: &str, qualified: bool, ids: &[(Vec<u8>, String)]) {
+    let name = if qualified {
+        format!("{}.{}", ident(&env.db), ident(table))
+    } else {
+        ident(table)
+    };
+    let mut stream: Stream =
+        match Stream::open(env.proxy.port(), &env.db, &format!("STREAM * FROM {name}")).await {
+            Ok(s) => s,
+            Err(e) => panic!(
+                "STREAM * FROM {name}: {e:?}\n--- proxy log ---\n{}",
+                env.log()
+            ),
+        };
+    let values: Vec<String> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, (_, lit))| format!("({lit}, 'm{i}')"))
+        .collect();
+    env.via_proxy(&format!(
+        "insert into {}(id, message) values {}",
+        ident(table),
+        values.join(", ")
+    ))
+    .await;
+    let got = stream.recv_n(ids.len(), secs(3.0)).await;
+    let mut seen: BTreeMap<Vec<u8>, usize> = BTreeMap::new();
+    for m in &got {
+        *seen.entry(first_bytes(&m.values)).or_insert(0) += 1;
+    }
+    let want: BTreeMap<Vec<u8>, usize> = ids.iter().map(|(b, _)| (b.clone(), 1)).collect();
+    assert_eq!(
+        seen, want,
+        "table {table}: every id exactly once (as bytes)"
+    );
+    let mut c = env.proxy_conn().await;
+    for (bytes, lit) in ids {
+        let sql = format!("ACK {name} {lit}");
+        let n = exec(&mut c, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", env.log()));
+        assert_eq!(n, 1, "{sql}: rows acked (id bytes {bytes:02x?})");
+    }
+    let _ = c.disconnect().await;
+    let acked = acked_ids(env, table).await;
+    for (bytes, lit) in ids {
+        assert_eq!(
+            acked.get(bytes),
+            Some(&true),
+            "table {table}: id {lit} is not acked in the database: {acked:?}"
+        );
+    }
+    // Two ack windows (ack_wait 1 s, poll 1 s) and a little more: nothing comes back.
+    stream
+        .expect_quiet(secs(2.5), &format!("{table}: every message was acked"))
+        .await;
+    stream.close();
+}
+
+fn int_ids() -> Vec<(Vec<u8>, String)> {
+    (1..=3)
+        .map(|i: i64| (i.to_string().into_bytes(), i.to_string()))
+        .collect()
+}
+
+/// Table names with backticks, spaces, unicode and reserved words, in a database named with a
+/// space, a quote, a hyphen and unicode.
+#[tokio::test]
+async fn odd_table_names_in_an_odd_database() {
+    let env = Env::new("msg_hostile names'ä-名").await;
+    let tables = [
+        "msg`tick",
+        "with space",
+        "nachrichten_äöü",
+        "消息",
+        "select",
+        "order",
+    ];
+    for table in tables {
+        env.ddl(&table_ddl(table, "bigint")).await;
+    }
+    for (i, table) in tables.into_iter().enumerate() {
+        // Every other table schema-qualified, naming the odd database in STREAM and ACK.
+        round_trip(&env, table, i % 2 == 1, &int_ids()).await;
+    }
+}
+
+/// varchar ids with single quotes, double quotes, backslashes and unicode.
+#[tokio::test]
+async fn string_ids_with_quotes_backslashes_and_unicode() {
+    let env = Env::new("msg_hostile_string_ids").await;
+    env.ddl(&table_ddl("str ids", "varchar(64)")).await;
+    let ids = [
+        "it's",
+        "say \"hi\"",
+        "back\\slash",
+        "trailing\\",
+        "nachrichten_äöü",
+        "消息",
+        "mix'\"\\`;-- x",
+        "''",
+    ];
+    let ids: Vec<(Vec<u8>, String)> = ids
+        .iter()
+        .map(|s| (s.as_bytes().to_vec(), string_literal(s)))
+        .collect();
+    round_trip(&env, "str ids", false, &ids).await;
+}
+
+/// varbinary ids: NUL, 0xff, quote and backslash bytes (hex literals), and an ASCII one acked
+/// with a string literal.
+#[tokio::test]
+async fn binary_ids() {
+    let env = Env::new("msg_hostile_binary_ids").await;
+    env.ddl(&table_ddl("bin`ids", "varbinary(16)")).await;
+    let raw: [&[u8]; 4] = [b"\x00\xff'\\", b"\x80\x81\x82", b"\x00", b"\xfe\"`"];
+    let mut ids: Vec<(Vec<u8>, String)> =
+        raw.iter().map(|b| (b.to_vec(), hex_literal(b))).collect();
+    ids.push((b"a'b\\c".to_vec(), string_literal("a'b\\c")));
+    round_trip(&env, "bin`ids", true, &ids).await;
+}
