@@ -123,6 +123,14 @@ pub struct Opts {
     /// NATS (with JetStream) to compare with.
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     pub nats: String,
+    /// Before each scenario, wait (up to --quiet-wait seconds) until processes other than the
+    /// bench's own use less than this many cores: on a shared machine, figures taken under
+    /// others' load mean little. What the others used during each scenario is printed either way.
+    #[arg(long)]
+    pub quiet_cpu: Option<f64>,
+    /// Longest wait for --quiet-cpu, in seconds.
+    #[arg(long, default_value_t = 900)]
+    pub quiet_wait: u64,
     /// Keep the work dir (server data, logs) after the run.
     #[arg(long)]
     pub keep_workdir: bool,
@@ -172,6 +180,8 @@ pub struct Ctx {
     pub rows: Vec<Row>,
     /// Messaging figures kept for the comparison with the brokers.
     pub figures: std::collections::BTreeMap<String, report::Summary>,
+    /// Proxies stopped so far: (pid, CPU seconds used), so CPU accounting survives restarts.
+    pub retired: Vec<(u32, f64)>,
 }
 
 impl Ctx {
@@ -188,8 +198,17 @@ impl Ctx {
 
     /// Replaces the proxy with a fresh process (so its peak memory belongs to one scenario).
     pub fn restart_proxy(&mut self, tag: &str) -> Result<(), String> {
+        let log = std::env::var("MSGPROXY_LOG").unwrap_or_else(|_| "warn".into());
+        self.replace_proxy(tag, &log)
+    }
+
+    /// Replaces the proxy with a fresh process logging with `log_filter`.
+    pub fn replace_proxy(&mut self, tag: &str, log_filter: &str) -> Result<(), String> {
+        let pid = self.proxy.process.pid();
+        self.retired.push((pid, servers::cpu_seconds(pid)));
         self.proxy.process.stop(Duration::from_secs(5));
-        self.proxy = Proxy::start(&self.proxy_bin, &self.direct, &self.work, tag)?;
+        self.proxy =
+            Proxy::start_with_log(&self.proxy_bin, &self.direct, &self.work, tag, log_filter)?;
         self.proxied = self.direct.with_port(self.proxy.port);
         Ok(())
     }
@@ -271,16 +290,22 @@ async fn run(opts: Opts) -> Result<bool, String> {
         server_pid: server.as_ref().map(|s| s.process.pid()),
         rows: Vec::new(),
         figures: Default::default(),
+        retired: Vec::new(),
     };
     let header = describe(&ctx, server.as_ref()).await;
     eprintln!("{header}");
 
     let mut failed = Vec::new();
+    let mut loads = Vec::new();
     for &scenario in SCENARIOS {
         if !opts.wants(scenario) {
             continue;
         }
-        eprintln!("== {scenario}");
+        if let Some(limit) = opts.quiet_cpu {
+            wait_for_quiet(&ctx, limit, Duration::from_secs(opts.quiet_wait)).await;
+        }
+        eprintln!("== {scenario} (load average {:.2})", load_average());
+        let foreign = report::ForeignCpu::start(&ctx.cpu_pids(), &ctx.retired);
         let started = std::time::Instant::now();
         let result = match scenario {
             "point" => passthrough::point_selects(&mut ctx).await,
@@ -292,9 +317,11 @@ async fn run(opts: Opts) -> Result<bool, String> {
             "brokers" => run_brokers(&mut ctx).await,
             _ => Ok(()),
         };
+        let others = foreign.cores(&ctx.cpu_pids(), &ctx.retired);
+        loads.push(format!("{scenario} {others:.2}"));
         match result {
             Ok(()) => eprintln!(
-                "== {scenario}: done in {:.1} s",
+                "== {scenario}: done in {:.1} s (other processes used {others:.2} cores meanwhile)",
                 started.elapsed().as_secs_f64()
             ),
             Err(e) => {
@@ -309,6 +336,10 @@ async fn run(opts: Opts) -> Result<bool, String> {
     }
     println!();
     println!("{header}");
+    println!(
+        "cores used by processes other than the bench, its server and its proxy, during each scenario: {}",
+        loads.join(", ")
+    );
     println!();
     report::print_table(&ctx.rows);
     if !failed.is_empty() {
@@ -332,6 +363,35 @@ async fn run_brokers(ctx: &mut Ctx) -> Result<(), String> {
     ctx.rows.push(row);
     eprintln!("   (skipped: build with --features brokers to compare with RabbitMQ and NATS)");
     Ok(())
+}
+
+/// The 1-minute load average.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// Waits until other processes use less than `limit` cores (over 3 s), or `longest` has passed.
+async fn wait_for_quiet(ctx: &Ctx, limit: f64, longest: Duration) {
+    let deadline = std::time::Instant::now() + longest;
+    let mut said = false;
+    loop {
+        let meter = report::ForeignCpu::start(&ctx.cpu_pids(), &ctx.retired);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let others = meter.cores(&ctx.cpu_pids(), &ctx.retired);
+        if others < limit || std::time::Instant::now() >= deadline {
+            if said {
+                eprintln!("   other processes now use {others:.2} cores: going on");
+            }
+            return;
+        }
+        if !said {
+            eprintln!("   other processes use {others:.2} cores: waiting for less than {limit}");
+            said = true;
+        }
+    }
 }
 
 /// The run's context lines: machine, load, server, durability, options.

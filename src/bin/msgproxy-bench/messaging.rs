@@ -663,12 +663,13 @@ async fn throughput_run(
         (get(&status1) - get(&status0)) / secs
     };
     let cpu = format!(
-        "{cpu}; server per second: {:.0} SELECT, {:.0} UPDATE, {:.0} INSERT, {:.0} COMMIT, {:.0} rows read",
+        "{cpu}; server per second: {:.0} SELECT, {:.0} UPDATE, {:.0} INSERT, {:.0} COMMIT, {:.0} rows read, {:.1} new connections",
         per_sec("Com_select"),
         per_sec("Com_update"),
         per_sec("Com_insert"),
         per_sec("Com_commit"),
         per_sec("Rows_read"),
+        per_sec("Connections"),
     );
     while let Some(r) = producers.join_next().await {
         r.map_err(|e| format!("producer task: {e}"))??;
@@ -696,7 +697,7 @@ pub async fn backlog(ctx: &mut Ctx) -> Result<(), String> {
 
     // 1. A backlog of vt_cache_size rows: the proxy's memory when the backlog fits its cache.
     load_rows(&mut a, table, &mut loaded, small).await?;
-    let small_run = drain_run(ctx, table, "backlog-small").await?;
+    let small_run = drain_run(ctx, table, "backlog-small", small).await?;
 
     // 2. The full backlog, timing the poller's query as the table grows.
     exec(&mut a, &format!("TRUNCATE TABLE `{table}`")).await?;
@@ -716,7 +717,7 @@ pub async fn backlog(ctx: &mut Ctx) -> Result<(), String> {
         poller_times.push((loaded, time_poller_query(ctx, &mut a, table).await?));
     }
     a.quit().await;
-    let big_run = drain_run(ctx, table, "backlog").await?;
+    let big_run = drain_run(ctx, table, "backlog", loaded).await?;
     ctx.restart_proxy("main")?;
 
     let name = format!("backlog of {n} due rows");
@@ -802,7 +803,7 @@ pub async fn backlog(ctx: &mut Ctx) -> Result<(), String> {
 /// The server's statement and row counters (global status), for "what did the server do".
 async fn server_counters(c: &mut Conn) -> Result<Vec<(String, f64)>, String> {
     let rows = c
-        .query_rows("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select', 'Com_update', 'Com_insert', 'Com_commit', 'Rows_read')")
+        .query_rows("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select', 'Com_update', 'Com_insert', 'Com_commit', 'Rows_read', 'Connections')")
         .await
         .map_err(|e| format!("SHOW GLOBAL STATUS: {e}"))?;
     Ok(rows
@@ -865,16 +866,13 @@ struct DrainResult {
 
 /// A fresh proxy; one STREAM timed to its first row; then all consumers drain for
 /// `--drain-seconds`.
-async fn drain_run(ctx: &mut Ctx, table: &str, tag: &str) -> Result<DrainResult, String> {
-    ctx.proxy.process.stop(Duration::from_secs(5));
-    ctx.proxy = crate::servers::Proxy::start_with_log(
-        &ctx.proxy_bin,
-        &ctx.direct,
-        &ctx.work,
-        tag,
-        "warn,msgproxy::messaging::manager=debug",
-    )?;
-    ctx.proxied = ctx.direct.with_port(ctx.proxy.port);
+async fn drain_run(
+    ctx: &mut Ctx,
+    table: &str,
+    tag: &str,
+    rows: u64,
+) -> Result<DrainResult, String> {
+    ctx.replace_proxy(tag, "warn,msgproxy::messaging::manager=debug")?;
     // The engine loads the table list at start; wait until this table is served.
     {
         let mut c = Conn::connect(&ctx.proxied)
@@ -922,7 +920,11 @@ async fn drain_run(ctx: &mut Ctx, table: &str, tag: &str) -> Result<DrainResult,
     let meter = CpuMeter::start(&ctx.cpu_pids());
     let a0 = acked.load(Ordering::Relaxed);
     let t0 = Instant::now();
-    tokio::time::sleep(ctx.opts.drain()).await;
+    // Until the drain time is over or the whole backlog is acked, whichever comes first.
+    let end = t0 + ctx.opts.drain();
+    while Instant::now() < end && acked.load(Ordering::Relaxed) < rows {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let drain_rate = (acked.load(Ordering::Relaxed) - a0) as f64 / t0.elapsed().as_secs_f64();
     let cpu = meter.finish();
     let group = Consumers {

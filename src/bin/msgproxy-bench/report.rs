@@ -103,6 +103,73 @@ impl CpuMeter {
     }
 }
 
+/// CPU used by every process on the machine except the bench's own (bench, server, proxies):
+/// other people's work, which skews what is measured on a shared machine.
+pub struct ForeignCpu {
+    busy: f64,
+    /// CPU seconds of our processes at the start, by pid.
+    ours: Vec<(u32, f64)>,
+    /// How many retired proxies there were at the start.
+    retired_before: usize,
+    t0: Instant,
+}
+
+impl ForeignCpu {
+    /// `pids`: our running processes; `retired`: (pid, CPU seconds at exit) of our proxies
+    /// that were stopped, oldest first.
+    pub fn start(pids: &[(&'static str, u32)], retired: &[(u32, f64)]) -> ForeignCpu {
+        ForeignCpu {
+            busy: machine_busy_seconds(),
+            ours: pids.iter().map(|(_, p)| (*p, cpu_seconds(*p))).collect(),
+            retired_before: retired.len(),
+            t0: Instant::now(),
+        }
+    }
+
+    /// Cores the others used on average since `start`.
+    pub fn cores(&self, pids: &[(&'static str, u32)], retired: &[(u32, f64)]) -> f64 {
+        let wall = self.t0.elapsed().as_secs_f64().max(1e-9);
+        let at_start = |pid: u32| {
+            self.ours
+                .iter()
+                .find(|(p, _)| *p == pid)
+                .map_or(0.0, |(_, c)| *c)
+        };
+        let running: f64 = pids
+            .iter()
+            .map(|(_, p)| cpu_seconds(*p) - at_start(*p))
+            .sum();
+        let stopped: f64 = retired
+            .get(self.retired_before..)
+            .unwrap_or(&[])
+            .iter()
+            .map(|(p, c)| c - at_start(*p))
+            .sum();
+        ((machine_busy_seconds() - self.busy - running - stopped) / wall).max(0.0)
+    }
+}
+
+/// Busy CPU seconds of the whole machine (all cores), from /proc/stat.
+fn machine_busy_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    let Some(line) = stat.lines().next() else {
+        return 0.0;
+    };
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let busy = [0, 1, 2, 5, 6, 7]
+        .iter()
+        .map(|&i| f.get(i).copied().unwrap_or(0.0))
+        .sum::<f64>();
+    busy / 100.0
+}
+
 /// How a figure is printed.
 #[derive(Debug, Clone, Copy)]
 pub enum Unit {

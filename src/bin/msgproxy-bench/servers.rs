@@ -98,8 +98,8 @@ impl Owned {
 
 impl Drop for Owned {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Gracefully first: a proxy run under a profiler writes its profile when it exits.
+        self.stop(Duration::from_secs(5));
     }
 }
 
