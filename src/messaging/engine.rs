@@ -49,7 +49,9 @@ impl Engine {
     /// Creates the engine and loads the message tables; a backend that cannot be reached now is
     /// retried by the periodic reload.
     pub async fn start(backend: &BackendTarget, shutdown: CancellationToken) -> Arc<Engine> {
-        let constraints = mysql_async::PoolConstraints::new(0, 16).unwrap_or_default();
+        // Keep a couple of connections open: with a minimum of 0 mysql_async closes every
+        // returned connection, and each poll or purge would pay a new login.
+        let constraints = mysql_async::PoolConstraints::new(2, 16).unwrap_or_default();
         let opts = mysql_async::OptsBuilder::default()
             .ip_or_hostname(backend.host.clone())
             .tcp_port(backend.port)
