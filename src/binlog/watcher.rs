@@ -214,6 +214,7 @@ impl Watcher {
                         None => info!("binlog: following from {start}"),
                     }
                     sessions += 1;
+                    self.engine.set_binlog_following(true);
                     self.status.send_modify(|s| {
                         s.mode = BinlogMode::Following;
                         s.position = Some(start.clone());
@@ -288,6 +289,8 @@ impl Watcher {
     }
 
     fn set_mode(&self, mode: BinlogMode) {
+        self.engine
+            .set_binlog_following(mode == BinlogMode::Following);
         self.status.send_if_modified(|s| {
             let changed = s.mode != mode;
             s.mode = mode;

@@ -170,7 +170,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             | Keyword::Load
             | Keyword::Update
             | Keyword::Call
-            | Keyword::With => {
+            | Keyword::With
+                // While the binlog watcher follows, the committed rows reach the managers from
+                // the binlog within milliseconds; a poll here would only repeat that work (and
+                // under load it was most of the server's reads).
+                if !engine.binlog_following() =>
+            {
                 for m in engine.tables_mentioned(sql) {
                     if !self.pending_notify.iter().any(|p| Arc::ptr_eq(p, &m)) {
                         self.pending_notify.push(m);

@@ -3,6 +3,7 @@
 //! sees a packet.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -43,6 +44,10 @@ pub struct Engine {
     shutdown: CancellationToken,
     /// Serialises reloads so two DDL statements cannot interleave their updates.
     reload_lock: tokio::sync::Mutex<()>,
+    /// Whether the binlog watcher is following the backend's binlog right now. While it is,
+    /// every committed row change reaches the managers from the binlog, so a write relayed
+    /// through the proxy needs no poll of its own.
+    binlog_following: AtomicBool,
 }
 
 impl Engine {
@@ -64,6 +69,7 @@ impl Engine {
             tables: RwLock::new(HashMap::new()),
             shutdown,
             reload_lock: tokio::sync::Mutex::new(()),
+            binlog_following: AtomicBool::new(false),
         });
         if let Err(e) = engine.reload().await {
             warn!("cannot load message tables yet ({e}); retrying every {RELOAD_INTERVAL:?}");
@@ -93,6 +99,16 @@ impl Engine {
                 m.stop();
             }
         }
+    }
+
+    /// Set by the binlog watcher whenever its mode changes.
+    pub fn set_binlog_following(&self, following: bool) {
+        self.binlog_following.store(following, Ordering::Release);
+    }
+
+    /// Whether row changes reach the managers from the binlog (see `binlog_following`).
+    pub fn binlog_following(&self) -> bool {
+        self.binlog_following.load(Ordering::Acquire)
     }
 
     pub fn lookup(&self, schema: &str, name: &str) -> Lookup {

@@ -46,6 +46,10 @@ pub struct TableManager {
     kick: Notify,
     /// Set when the next wake-up should poll the table (new rows were committed, backlog).
     poll_requested: AtomicBool,
+    /// A poll (or a purge) is running in its own task. They run beside the hand-out, so
+    /// subscribers keep getting batches from the cache while the table is read.
+    polling: AtomicBool,
+    purging: AtomicBool,
     pool: Pool,
     stop: CancellationToken,
     next_subscriber_id: AtomicU64,
@@ -202,6 +206,8 @@ impl TableManager {
             }),
             kick: Notify::new(),
             poll_requested: AtomicBool::new(false),
+            polling: AtomicBool::new(false),
+            purging: AtomicBool::new(false),
             pool,
             stop,
             next_subscriber_id: AtomicU64::new(1),
@@ -331,6 +337,16 @@ impl TableManager {
                 // Sent rows are due again when their ack wait passes, unless acked meanwhile.
                 (None, Some(sent)) => {
                     state.skipped.remove(&e.key);
+                    // A poll running now may have read the row before the claim: its snapshot
+                    // must not put the row back among the due ones.
+                    state.note_during_poll(|| {
+                        LateChange::Changed(ChangedRow {
+                            key: sent.key.clone(),
+                            priority: Some(sent.priority),
+                            time_next: Some(sent.time_next),
+                            time_acked: None,
+                        })
+                    });
                     state.schedule.insert(sent);
                 }
                 (None, None) => {
@@ -386,14 +402,18 @@ impl TableManager {
                     // With nobody streaming there is nobody to fill the cache for; a new
                     // subscriber triggers a poll of its own. Purging runs regardless.
                     if self.has_subscribers() {
-                        self.poll().await;
+                        self.start_poll();
                     }
-                    self.purge().await;
+                    self.start_purge();
                     next_tick = Instant::now() + interval;
                 }
                 _ = self.kick.notified() => {
-                    if self.poll_requested.swap(false, Ordering::AcqRel) && self.has_subscribers() {
-                        self.poll().await;
+                    // A request made while a poll runs waits for it: the poll's end kicks again.
+                    if !self.polling.load(Ordering::Acquire)
+                        && self.poll_requested.swap(false, Ordering::AcqRel)
+                        && self.has_subscribers()
+                    {
+                        self.start_poll();
                     }
                 }
                 _ = self.stop.cancelled() => return,
@@ -402,6 +422,32 @@ impl TableManager {
                 self.request_poll();
             }
         }
+    }
+
+    /// Starts a poll in its own task unless one is running; its end wakes the loop to hand out
+    /// what it found.
+    fn start_poll(self: &Arc<Self>) {
+        if self.polling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let manager = self.clone();
+        tokio::spawn(async move {
+            manager.poll().await;
+            manager.polling.store(false, Ordering::Release);
+            manager.kick.notify_one();
+        });
+    }
+
+    /// Starts a purge in its own task unless one is running.
+    fn start_purge(self: &Arc<Self>) {
+        if self.purging.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let manager = self.clone();
+        tokio::spawn(async move {
+            manager.purge().await;
+            manager.purging.store(false, Ordering::Release);
+        });
     }
 
     /// When the earliest scheduled entry becomes due, as an `Instant`.
@@ -415,8 +461,9 @@ impl TableManager {
         !self.lock().subscribers.is_empty()
     }
 
-    /// Hands batches to ready subscribers in turn. Returns true when the cache ran dry while a
-    /// backlog may be waiting in the table, so the caller polls again at once.
+    /// Hands batches to ready subscribers in turn. Returns true when the cache is running low
+    /// (below half of `vt_cache_size`) while a backlog may be waiting in the table, so the caller
+    /// polls again at once — early enough that the poll finishes before the cache runs dry.
     fn distribute(&self) -> bool {
         let batch_size = self.definition().options.batch_size;
         let mut guard = self.lock();
@@ -458,7 +505,8 @@ impl TableManager {
             }
         }
         let any_idle = idle_seen || state.subscribers.iter().any(|s| !s.busy);
-        state.cache.is_empty() && state.backlog && any_idle
+        let running_low = state.cache.len() <= state.cache.capacity() / 2;
+        running_low && state.backlog && any_idle
     }
 
     /// Refills the cache with the table's due rows, in sending order.

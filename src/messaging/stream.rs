@@ -214,7 +214,6 @@ async fn claim(
 ) -> Result<Vec<Claimed>, BatchError> {
     let now = state::now_ns();
     let stream_columns = def.stream_columns.len();
-    exec(backend, deprecate_eof, "START TRANSACTION").await?;
     let select = format!(
         "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE `id` IN ({ids}) AND {unacked} AND {due} ORDER BY {order} FOR UPDATE SKIP LOCKED",
         cols = def.select_list(),
@@ -225,11 +224,15 @@ async fn claim(
         due = state::due_sql(now),
         order = order_by(def),
     );
-    let rows = match run(backend, deprecate_eof, &select).await {
-        Ok(QueryOutcome::ResultSet { rows, .. }) => rows,
-        Ok(QueryOutcome::Err(err)) => return Err(rollback_after(backend, deprecate_eof, err).await),
-        Ok(QueryOutcome::Ok { .. }) => return Err(BatchError::Backend(BackendError::Protocol)),
-        Err(e) => return Err(e),
+    // START TRANSACTION and the locking SELECT go out together (one round trip); both answers
+    // are read before either is looked at, so the connection stays in step whatever failed.
+    let (started, selected) =
+        pipeline(backend, deprecate_eof, "START TRANSACTION", &select).await?;
+    expect_ok(backend, deprecate_eof, started).await?;
+    let rows = match selected {
+        QueryOutcome::ResultSet { rows, .. } => rows,
+        QueryOutcome::Err(err) => return Err(rollback_after(backend, deprecate_eof, err).await),
+        QueryOutcome::Ok { .. } => return Err(BatchError::Backend(BackendError::Protocol)),
     };
     let mut claimed = Vec::with_capacity(rows.len());
     let mut cases = String::new();
@@ -272,9 +275,48 @@ async fn claim(
         table = def.qualified(),
         ids = ids.join(", "),
     );
-    exec(backend, deprecate_eof, &update).await?;
-    exec(backend, deprecate_eof, "COMMIT").await?;
+    // The UPDATE and COMMIT go out together too. If the UPDATE fails, the COMMIT that follows
+    // it commits nothing: the failed statement was undone (or, on a deadlock, the whole
+    // transaction), and the SELECT before it changed nothing. Either way nothing is claimed.
+    let (updated, committed) = pipeline(backend, deprecate_eof, &update, "COMMIT").await?;
+    expect_ok(backend, deprecate_eof, updated).await?;
+    expect_ok(backend, deprecate_eof, committed).await?;
     Ok(claimed)
+}
+
+/// Sends two statements in one write and reads both answers.
+async fn pipeline(
+    backend: &mut Backend,
+    deprecate_eof: bool,
+    first: &str,
+    second: &str,
+) -> Result<(QueryOutcome, QueryOutcome), BatchError> {
+    backend
+        .send_queries(&[first, second])
+        .await
+        .map_err(BatchError::Backend)?;
+    let a = backend
+        .read_outcome(deprecate_eof)
+        .await
+        .map_err(BatchError::Backend)?;
+    let b = backend
+        .read_outcome(deprecate_eof)
+        .await
+        .map_err(BatchError::Backend)?;
+    Ok((a, b))
+}
+
+/// An answer that must be OK; an ERR rolls the claim back.
+async fn expect_ok(
+    backend: &mut Backend,
+    deprecate_eof: bool,
+    outcome: QueryOutcome,
+) -> Result<(), BatchError> {
+    match outcome {
+        QueryOutcome::Ok { .. } => Ok(()),
+        QueryOutcome::Err(err) => Err(rollback_after(backend, deprecate_eof, err).await),
+        QueryOutcome::ResultSet { .. } => Err(BatchError::Backend(BackendError::Protocol)),
+    }
 }
 
 async fn run(
