@@ -46,6 +46,10 @@ pub struct Cli {
     /// Refuse clients that do not use TLS (error 3159) [default: false]
     #[arg(long, env = "MSGPROXY_REQUIRE_TLS")]
     pub require_tls: bool,
+
+    /// Worker threads [default: half the CPUs, at least 1]
+    #[arg(long, env = "MSGPROXY_THREADS", value_name = "N")]
+    pub threads: Option<usize>,
 }
 
 /// The optional configuration file. Every key is optional; unknown keys are errors so that a typo
@@ -59,6 +63,8 @@ pub struct FileConfig {
     pub backend: Option<String>,
     /// Most client connections served at once.
     pub max_connections: Option<usize>,
+    /// Worker threads.
+    pub threads: Option<usize>,
     /// Seconds the proxy waits to reach the backend before telling the client it cannot.
     pub backend_connect_timeout: Option<f64>,
     /// Seconds a client has to finish the handshake.
@@ -204,6 +210,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub backend: BackendTarget,
     pub max_connections: usize,
+    /// Worker threads of the async runtime.
+    pub threads: usize,
     pub backend_connect_timeout: Duration,
     pub handshake_timeout: Duration,
     /// Empty means "root with an empty password", allowed only on a loopback address.
@@ -225,6 +233,17 @@ pub enum ConfigError {
     BackendUrl(String),
     #[error("{0}")]
     Invalid(String),
+}
+
+/// Half the CPUs, at least one. A relayed statement costs the proxy little of its own (most of
+/// its time is the kernel's socket work), and every extra worker adds cross-thread wake-ups to
+/// each request: on a 2-CPU machine shared with the server, one worker added a third of the
+/// latency that two did, for the same throughput at 32 connections (docs/BENCHMARKS.md).
+fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get() / 2)
+        .unwrap_or(1)
+        .max(1)
 }
 
 impl Config {
@@ -295,10 +314,15 @@ impl Config {
                 "max_connections must be at least 1".into(),
             ));
         }
+        let threads = cli.threads.or(file.threads).unwrap_or_else(default_threads);
+        if threads == 0 {
+            return Err(ConfigError::Invalid("threads must be at least 1".into()));
+        }
         Ok(Config {
             listen,
             backend,
             max_connections,
+            threads,
             backend_connect_timeout: seconds(
                 file.backend_connect_timeout,
                 10.0,
@@ -404,6 +428,25 @@ mod tests {
         let c = Config::merge(cli(&["--listen", "127.0.0.1:2"]), f).unwrap();
         assert_eq!(c.listen.port(), 2);
         assert_eq!(c.max_connections, 5);
+    }
+
+    #[test]
+    fn threads_from_flag_or_file_and_never_zero() {
+        let f: FileConfig = toml::from_str("threads = 3").unwrap();
+        assert_eq!(Config::merge(cli(&[]), f).unwrap().threads, 3);
+        let f: FileConfig = toml::from_str("threads = 3").unwrap();
+        assert_eq!(
+            Config::merge(cli(&["--threads", "5"]), f).unwrap().threads,
+            5
+        );
+        assert!(
+            Config::merge(cli(&[]), FileConfig::default())
+                .unwrap()
+                .threads
+                >= 1
+        );
+        let err = Config::merge(cli(&["--threads", "0"]), FileConfig::default()).unwrap_err();
+        assert!(err.to_string().contains("threads"), "{err}");
     }
 
     #[test]

@@ -25,7 +25,11 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.threads)
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             error!("cannot start the async runtime: {e}");
