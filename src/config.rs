@@ -46,6 +46,11 @@ pub struct Cli {
     /// Refuse clients that do not use TLS (error 3159) [default: false]
     #[arg(long, env = "MSGPROXY_REQUIRE_TLS")]
     pub require_tls: bool,
+
+    /// Serve Prometheus metrics over HTTP at http://ADDR/metrics (no authentication: bind it
+    /// where only the scraper can reach it) [default: off]
+    #[arg(long, env = "MSGPROXY_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// The optional configuration file. Every key is optional; unknown keys are errors so that a typo
@@ -68,6 +73,8 @@ pub struct FileConfig {
     pub users: Vec<UserConfig>,
     /// TLS for client connections.
     pub tls: Option<TlsConfig>,
+    /// Address of the Prometheus endpoint (`GET /metrics`), as `--metrics-listen`.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// One user of the proxy. Give `password`, or `password_hash` (the `*HEX` form of
@@ -210,6 +217,8 @@ pub struct Config {
     pub users: Vec<User>,
     pub tls: Option<TlsSettings>,
     pub require_tls: bool,
+    /// Where to serve Prometheus metrics; `None`: not served.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -308,6 +317,7 @@ impl Config {
             users,
             tls,
             require_tls,
+            metrics_listen: cli.metrics_listen.or(file.metrics_listen),
         })
     }
 }
@@ -404,6 +414,19 @@ mod tests {
         let c = Config::merge(cli(&["--listen", "127.0.0.1:2"]), f).unwrap();
         assert_eq!(c.listen.port(), 2);
         assert_eq!(c.max_connections, 5);
+    }
+
+    #[test]
+    fn metrics_listen_from_flag_or_file() {
+        let c = Config::merge(cli(&[]), FileConfig::default()).unwrap();
+        assert_eq!(c.metrics_listen, None);
+        let f: FileConfig = toml::from_str("metrics_listen = \"127.0.0.1:9100\"").unwrap();
+        let c = Config::merge(cli(&[]), f).unwrap();
+        assert_eq!(c.metrics_listen.map(|a| a.port()), Some(9100));
+        let f: FileConfig = toml::from_str("metrics_listen = \"127.0.0.1:9100\"").unwrap();
+        let c = Config::merge(cli(&["--metrics-listen", "127.0.0.1:9200"]), f).unwrap();
+        assert_eq!(c.metrics_listen.map(|a| a.port()), Some(9200));
+        assert!(toml::from_str::<FileConfig>("metrics_listen = \"nope\"").is_err());
     }
 
     #[test]
