@@ -44,7 +44,10 @@ fn sample(page: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
     }
     page.lines()
         .find_map(|l| l.strip_prefix(&key)?.strip_prefix(' '))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{key}: {v} is not a number")))
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{key}: {v} is not a number"))
+        })
 }
 
 /// A per-table sample, which must be present.
@@ -65,7 +68,10 @@ fn table_metrics(page: &str, db: &str, table: &str) -> BTreeMap<&'static str, f6
         ("redelivered", "msgproxy_message_redelivered_total"),
         ("acked", "msgproxy_message_acked_total"),
         ("purged", "msgproxy_message_purged_total"),
-        ("latency_count", "msgproxy_message_delivery_latency_seconds_count"),
+        (
+            "latency_count",
+            "msgproxy_message_delivery_latency_seconds_count",
+        ),
     ]
     .into_iter()
     .map(|(short, name)| (short, table_value(page, name, db, table)))
@@ -99,9 +105,7 @@ async fn metrics_count_exactly_what_a_stream_delivers_and_acks() {
     let mut stream = env.stream("q").await;
     let mut c = env.proxy_conn().await;
     let due = now_ns();
-    let values: Vec<String> = (1..=N)
-        .map(|i| format!("({i}, {due}, 'm{i}')"))
-        .collect();
+    let values: Vec<String> = (1..=N).map(|i| format!("({i}, {due}, 'm{i}')")).collect();
     exec(
         &mut c,
         &format!(
@@ -129,7 +133,10 @@ async fn metrics_count_exactly_what_a_stream_delivers_and_acks() {
     assert_eq!(m["latency_count"], N as f64, "{m:?}");
     assert_eq!(m["subscribers"], 1.0, "{m:?}");
     assert_eq!(m["in_flight"], 0.0, "{m:?}");
-    assert_eq!(m["due"], 0.0, "nothing is due: the rest wait for their ack wait: {m:?}");
+    assert_eq!(
+        m["due"], 0.0,
+        "nothing is due: the rest wait for their ack wait: {m:?}"
+    );
     // The latency of rows due when inserted: below 10 s, all of them.
     let within_10s = sample(
         &page,
@@ -161,20 +168,29 @@ async fn metrics_count_exactly_what_a_stream_delivers_and_acks() {
     assert_eq!(m["sent"], (N + UNACKED) as f64, "{m:?}");
     assert_eq!(m["redelivered"], UNACKED as f64, "{m:?}");
     assert_eq!(m["acked"], N as f64, "{m:?}");
-    assert_eq!(m["latency_count"], N as f64, "redeliveries are not timed: {m:?}");
+    assert_eq!(
+        m["latency_count"], N as f64,
+        "redeliveries are not timed: {m:?}"
+    );
     let statements = |kw: &str| sample(&page, "msgproxy_statements_total", &[("keyword", kw)]);
     assert_eq!(statements("ack"), Some(2.0), "{page}");
     assert_eq!(statements("stream"), Some(1.0), "{page}");
     assert!(statements("insert") >= Some(1.0), "{page}");
     let open = sample(&page, "msgproxy_client_connections", &[]).unwrap_or(0.0);
-    assert!(open >= 2.0, "the stream and this connection are open: {open}\n{page}");
+    assert!(
+        open >= 2.0,
+        "the stream and this connection are open: {open}\n{page}"
+    );
     assert_eq!(
         sample(&page, "msgproxy_binlog_mode", &[("mode", "following")]),
         Some(1.0),
         "{page}"
     );
     assert!(sample(&page, "msgproxy_binlog_position", &[]).is_none());
-    assert!(page.contains("msgproxy_binlog_position{file=\"mysql-bin."), "{page}");
+    assert!(
+        page.contains("msgproxy_binlog_position{file=\"mysql-bin."),
+        "{page}"
+    );
 
     // vt_purge_after is 1 s: this proxy's purger deletes every row, and counts each once.
     let purged_all = eventually(15, async || {
@@ -183,7 +199,11 @@ async fn metrics_count_exactly_what_a_stream_delivers_and_acks() {
     })
     .await;
     let m = table_metrics(&scrape(mport).await, &db, "q");
-    assert!(purged_all, "not all rows purged within 15 s: {m:?}\n{}", env.log());
+    assert!(
+        purged_all,
+        "not all rows purged within 15 s: {m:?}\n{}",
+        env.log()
+    );
     assert_eq!(m["purged"], N as f64, "{m:?}");
     let left: Vec<i64> = env.states("q").await.into_keys().collect();
     assert!(left.is_empty(), "rows left after the purge: {left:?}");
@@ -191,7 +211,12 @@ async fn metrics_count_exactly_what_a_stream_delivers_and_acks() {
     // The stream leaves: no subscriber.
     stream.close();
     let gone = eventually(5, async || {
-        table_value(&scrape(mport).await, "msgproxy_message_subscribers", &db, "q") == 0.0
+        table_value(
+            &scrape(mport).await,
+            "msgproxy_message_subscribers",
+            &db,
+            "q",
+        ) == 0.0
     })
     .await;
     assert!(gone, "the closed stream is still a subscriber");
@@ -210,14 +235,20 @@ async fn metrics_endpoint_survives_hostile_clients() {
     let proxy = Proxy::start(&server.backend_url(), &["--metrics-listen", &listen], None);
     let mut silent = Vec::new();
     for _ in 0..20 {
-        silent.push(tokio::net::TcpStream::connect(("127.0.0.1", mport)).await.unwrap());
+        silent.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", mport))
+                .await
+                .unwrap(),
+        );
     }
     for junk in [
         &b"\x00\x01\x02\r\n\r\n"[..],
         &vec![b'G'; 100_000],
         b"GET /metrics HTTP/1.1\r\n",
     ] {
-        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", mport)).await.unwrap();
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", mport))
+            .await
+            .unwrap();
         let _ = tcp.write_all(junk).await;
         let _ = tcp.shutdown().await;
         let mut out = Vec::new();
@@ -305,7 +336,10 @@ async fn show_message_tables_lists_loaded_and_broken_tables() {
     assert_eq!(mine.len(), 2, "{rows:?}");
     let good = &mine["good"];
     assert_eq!(good[0], "loaded");
-    assert!(good[1].contains("vt_ack_wait=30") && good[1].contains("vt_batch_size=5"), "{good:?}");
+    assert!(
+        good[1].contains("vt_ack_wait=30") && good[1].contains("vt_batch_size=5"),
+        "{good:?}"
+    );
     // Subscribers, Cached, In_flight, Sent, Acked, Redelivered, Purged.
     assert_eq!(&good[2..9], ["1", "0", "0", "2", "1", "0", "0"], "{good:?}");
     assert_eq!(good[9], "NULL", "nothing due, no age: {good:?}");
@@ -327,14 +361,20 @@ async fn show_message_tables_lists_loaded_and_broken_tables() {
             assert!(format!("{f:?}").contains("text protocol"), "{f:?}");
         }
     }
-    let one: Option<i64> = c.query_first("SELECT 1").await.expect("SELECT 1 after the refusal");
+    let one: Option<i64> = c
+        .query_first("SELECT 1")
+        .await
+        .expect("SELECT 1 after the refusal");
     assert_eq!(one, Some(1));
 
     // The mariadb CLI, batch mode (tab-separated, a header line).
     let out = Cli::new(env.proxy.port()).run(&["--batch", "-e", "SHOW MESSAGE TABLES"]);
     assert!(out.success(), "{out:?}");
     let mut lines = out.stdout.lines();
-    assert_eq!(lines.next().map(|h| h.split('\t').collect::<Vec<_>>()), Some(COLUMNS.to_vec()));
+    assert_eq!(
+        lines.next().map(|h| h.split('\t').collect::<Vec<_>>()),
+        Some(COLUMNS.to_vec())
+    );
     let cli_rows: Vec<Vec<String>> = lines
         .map(|l| l.split('\t').map(str::to_string).collect())
         .collect();
@@ -368,7 +408,9 @@ async fn passwords_never_reach_the_log() {
             "GRANT ALL ON *.* TO 'ops_backend'@'%'".to_string(),
             "CREATE DATABASE IF NOT EXISTS ops_secrets".to_string(),
         ] {
-            root.query_drop(&sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+            root.query_drop(&sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
         let _ = root.disconnect().await;
     }
@@ -403,7 +445,10 @@ async fn passwords_never_reach_the_log() {
                 .with_pass(Some(WRONG_PW.into())),
         )
         .await;
-    assert!(wrong_change.is_err(), "a wrong password in COM_CHANGE_USER is refused");
+    assert!(
+        wrong_change.is_err(),
+        "a wrong password in COM_CHANGE_USER is refused"
+    );
     drop(c);
     // Wrong passwords at login: mysql_async and the CLI.
     let wrong = Conn::new(opts(port, "app", Some(WRONG_PW), None)).await;
@@ -419,8 +464,14 @@ async fn passwords_never_reach_the_log() {
 
     let log = proxy.log();
     // The log is really the verbose one, and saw the logins.
-    assert!(log.contains("TRACE") || log.contains("DEBUG"), "not a verbose log:\n{log}");
-    assert!(log.contains("app"), "the log does not mention the logins at all:\n{log}");
+    assert!(
+        log.contains("TRACE") || log.contains("DEBUG"),
+        "not a verbose log:\n{log}"
+    );
+    assert!(
+        log.contains("app"),
+        "the log does not mention the logins at all:\n{log}"
+    );
     for pw in [BACKEND_PW, CLIENT_PW, OTHER_PW, WRONG_PW] {
         let hex: String = pw.bytes().map(|b| format!("{b:02x}")).collect();
         for (form, needle) in [("plain", pw.to_string()), ("hex", hex)] {
