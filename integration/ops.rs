@@ -422,7 +422,14 @@ async fn passwords_never_reach_the_log() {
         "[[users]]\nname = \"app\"\npassword = \"{CLIENT_PW}\"\n\n\
          [[users]]\nname = \"other\"\npassword = \"{OTHER_PW}\"\n"
     );
-    let proxy = Proxy::start_with_env(&backend, &[], Some(&config), &[("MSGPROXY_LOG", "trace")]);
+    let mport = free_port();
+    let listen = format!("127.0.0.1:{mport}");
+    let proxy = Proxy::start_with_env(
+        &backend,
+        &["--metrics-listen", &listen],
+        Some(&config),
+        &[("MSGPROXY_LOG", "trace")],
+    );
     let port = proxy.port();
 
     // Right password, then COM_CHANGE_USER to the other user (right), then a wrong one.
@@ -462,6 +469,14 @@ async fn passwords_never_reach_the_log() {
         .run(&["-e", "select 1"]);
     assert!(out.success(), "{out:?}");
 
+    // Three denied: COM_CHANGE_USER, mysql_async's login, the CLI's.
+    let page = scrape(mport).await;
+    assert_eq!(
+        sample(&page, "msgproxy_client_logins_failed_total", &[]),
+        Some(3.0),
+        "{page}"
+    );
+
     let log = proxy.log();
     // The log is really the verbose one, and saw the logins.
     assert!(
@@ -484,4 +499,89 @@ async fn passwords_never_reach_the_log() {
             }
         }
     }
+}
+
+/// With the backend down, every client gets 2003 and the metrics count each failed backend
+/// connection exactly, as errors and as reconnects.
+#[tokio::test]
+async fn metrics_count_backend_connect_failures() {
+    // Nothing listens there (the port was free a moment ago).
+    let dead = free_port();
+    let mport = free_port();
+    let listen = format!("127.0.0.1:{mport}");
+    let proxy = Proxy::start(
+        &format!("mysql://root@127.0.0.1:{dead}/test"),
+        &["--metrics-listen", &listen],
+        None,
+    );
+    // The harness's own probe of the port (one connection, which waits in the backlog until
+    // the proxy's accept loop runs) counts too: start from after it.
+    let settled = eventually(5, async || {
+        let page = scrape(mport).await;
+        sample(&page, "msgproxy_client_connections_total", &[]) >= Some(1.0)
+            && sample(&page, "msgproxy_client_connections", &[]) == Some(0.0)
+    })
+    .await;
+    assert!(settled, "the harness's probe connection never closed");
+    let counters = |page: &str| {
+        [
+            (
+                "connect",
+                sample(
+                    page,
+                    "msgproxy_backend_errors_total",
+                    &[("kind", "connect")],
+                ),
+            ),
+            (
+                "lost",
+                sample(page, "msgproxy_backend_errors_total", &[("kind", "lost")]),
+            ),
+            (
+                "accepted",
+                sample(page, "msgproxy_client_connections_total", &[]),
+            ),
+            ("reconnects", sample(page, "msgproxy_reconnects_total", &[])),
+            (
+                "binlog_sessions",
+                sample(page, "msgproxy_binlog_sessions_total", &[]),
+            ),
+        ]
+        .map(|(k, v)| (k, v.unwrap_or_else(|| panic!("no {k} in:\n{page}"))))
+    };
+    let before = counters(&scrape(mport).await);
+    for _ in 0..3 {
+        match Conn::new(opts(proxy.port(), "root", None, None)).await {
+            Ok(_) => panic!("a client got in with the backend down"),
+            Err(e) => assert_eq!(Failure::of(&e).code(), Some(2003), "{e}"),
+        }
+    }
+    let page = scrape(mport).await;
+    let after = counters(&page);
+    let delta: Vec<(&str, f64)> = before
+        .iter()
+        .zip(&after)
+        .map(|((k, b), (_, a))| (*k, a - b))
+        .collect();
+    assert_eq!(
+        delta,
+        [
+            ("connect", 3.0),
+            ("lost", 0.0),
+            ("accepted", 3.0),
+            ("reconnects", 3.0),
+            ("binlog_sessions", 0.0)
+        ],
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, "msgproxy_binlog_mode", &[("mode", "following")]),
+        Some(0.0),
+        "{page}"
+    );
+    let closed = eventually(5, async || {
+        sample(&scrape(mport).await, "msgproxy_client_connections", &[]) == Some(0.0)
+    })
+    .await;
+    assert!(closed, "refused clients still count as open");
 }
