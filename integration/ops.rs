@@ -233,14 +233,23 @@ async fn metrics_endpoint_survives_hostile_clients() {
     let mport = free_port();
     let listen = format!("127.0.0.1:{mport}");
     let proxy = Proxy::start(&server.backend_url(), &["--metrics-listen", &listen], None);
+    // Twice as many silent clients as scrapes served at once: they hold every permit until
+    // the request timeout, one round after the other.
     let mut silent = Vec::new();
-    for _ in 0..20 {
+    for _ in 0..8 {
         silent.push(
             tokio::net::TcpStream::connect(("127.0.0.1", mport))
                 .await
                 .unwrap(),
         );
     }
+    // Meanwhile the MySQL side does not notice.
+    let mut c = Conn::new(opts(proxy.port(), "root", None, None))
+        .await
+        .expect("a client while the metrics endpoint is busy");
+    let one: Option<i64> = c.query_first("SELECT 1").await.expect("SELECT 1");
+    assert_eq!(one, Some(1));
+    let _ = c.disconnect().await;
     for junk in [
         &b"\x00\x01\x02\r\n\r\n"[..],
         &vec![b'G'; 100_000],
