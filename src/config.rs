@@ -329,8 +329,29 @@ fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
     })?;
     toml::from_str(&text).map_err(|e| ConfigError::Parse {
         path: path.into(),
-        message: e.to_string(),
+        message: parse_error_message(&text, &e),
     })
+}
+
+/// A TOML error without the file's text: toml's own message quotes the offending line, which
+/// may hold a password (an unterminated string, say), and the message goes to the log. Only
+/// the position is given, and on a line that sets a password not even the parser's message
+/// (it may quote the value).
+fn parse_error_message(text: &str, e: &toml::de::Error) -> String {
+    let Some(span) = e.span() else {
+        return e.message().to_string();
+    };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    let line_text = text.lines().nth(line - 1).unwrap_or_default();
+    let secret = line_text.trim_start().starts_with("password");
+    let message = if secret {
+        "invalid password or password_hash value (not shown)"
+    } else {
+        e.message()
+    };
+    format!("line {line}, column {column}: {}", message.trim_end())
 }
 
 fn resolve_user(u: UserConfig) -> Result<User, ConfigError> {
@@ -414,6 +435,31 @@ mod tests {
         let c = Config::merge(cli(&["--listen", "127.0.0.1:2"]), f).unwrap();
         assert_eq!(c.listen.port(), 2);
         assert_eq!(c.max_connections, 5);
+    }
+
+    #[test]
+    fn config_errors_never_quote_a_password() {
+        for text in [
+            "[[users]]\nname = \"app\"\npassword = \"s3cret-unterminated\n",
+            "[[users]]\nname = \"app\"\npassword = s3cret-bare\n",
+            "[[users]]\nname = \"app\"\npassword_hash = \"s3cret-hash\nx = 1\n",
+        ] {
+            let e = toml::from_str::<FileConfig>(text).unwrap_err();
+            assert!(
+                e.to_string().contains("s3cret"),
+                "toml itself quotes it: {e}"
+            );
+            let message = parse_error_message(text, &e);
+            assert!(!message.contains("s3cret"), "{message}");
+            assert!(message.starts_with("line 3, column "), "{message}");
+        }
+        let text = "listen = \"127.0.0.1:1\"\nlisen = 1\n";
+        let e = toml::from_str::<FileConfig>(text).unwrap_err();
+        let message = parse_error_message(text, &e);
+        assert!(
+            message.starts_with("line 2, column 1: unknown field `lisen`"),
+            "{message}"
+        );
     }
 
     #[test]
