@@ -406,6 +406,7 @@ async fn passwords_never_reach_the_log() {
     const CLIENT_PW: &str = "Cl1ent-s3cret-9Wx";
     const OTHER_PW: &str = "0ther-s3cret-2Jk";
     const WRONG_PW: &str = "Wr0ng-guess-5Hv";
+    const WRONG_BACKEND_PW: &str = "Wr0ng-bk3nd-8Lp";
     let server = MariaDb::shared();
     {
         let mut root = Conn::new(opts(server.port(), "root", None, None))
@@ -486,7 +487,28 @@ async fn passwords_never_reach_the_log() {
         "{page}"
     );
 
-    let log = proxy.log();
+    // A proxy whose backend password is wrong: the server refuses it (engine, binlog, clients),
+    // and the log says so without the password.
+    let wrong_backend = format!(
+        "mysql://ops_backend:{WRONG_BACKEND_PW}@127.0.0.1:{}/ops_secrets",
+        server.port()
+    );
+    let refused = Proxy::start_with_env(
+        &wrong_backend,
+        &[],
+        Some(&config),
+        &[("MSGPROXY_LOG", "trace")],
+    );
+    let denied = Conn::new(opts(refused.port(), "app", Some(CLIENT_PW), None)).await;
+    assert!(denied.is_err(), "the backend refuses the proxy's login");
+    tokio::time::sleep(secs(0.5)).await;
+    let refused_log = refused.log();
+    assert!(
+        refused_log.contains("Access denied"),
+        "the refused backend login is logged:\n{refused_log}"
+    );
+
+    let log = proxy.log() + &refused_log;
     // The log is really the verbose one, and saw the logins.
     assert!(
         log.contains("TRACE") || log.contains("DEBUG"),
@@ -496,7 +518,7 @@ async fn passwords_never_reach_the_log() {
         log.contains("app"),
         "the log does not mention the logins at all:\n{log}"
     );
-    for pw in [BACKEND_PW, CLIENT_PW, OTHER_PW, WRONG_PW] {
+    for pw in [BACKEND_PW, CLIENT_PW, OTHER_PW, WRONG_PW, WRONG_BACKEND_PW] {
         let hex: String = pw.bytes().map(|b| format!("{b:02x}")).collect();
         for (form, needle) in [("plain", pw.to_string()), ("hex", hex)] {
             if let Some(at) = log.find(&needle) {
