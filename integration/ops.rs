@@ -92,7 +92,7 @@ async fn metrics_count_exactly_what_a_stream_delivers_and_acks() {
     env.ddl(&format!(
         "create table q(id bigint primary key, time_next bigint, epoch bigint, \
          time_acked bigint, message varchar(20)) comment '{}'",
-        comment("2", 10, "1", ",vt_min_backoff=0.5")
+        comment("3", 10, "1", ",vt_min_backoff=0.5")
     ))
     .await;
     let page = scrape(mport).await;
@@ -119,7 +119,7 @@ async fn metrics_count_exactly_what_a_stream_delivers_and_acks() {
     let mut ids: Vec<i64> = first.iter().map(|m| m.id).collect();
     ids.sort();
     assert_eq!(ids, (1..=N).collect::<Vec<_>>());
-    // Acked at once (well within the 2 s ack wait), in two ACK statements.
+    // Acked at once (well within the 3 s ack wait), in two ACK statements.
     let acked_now: Vec<i64> = (1..=N - UNACKED).collect();
     let (a, b) = acked_now.split_at(acked_now.len() / 2);
     assert_eq!(ack(&mut c, "q", a).await, a.len() as u64);
@@ -187,6 +187,12 @@ async fn metrics_count_exactly_what_a_stream_delivers_and_acks() {
         "{page}"
     );
     assert!(sample(&page, "msgproxy_binlog_position", &[]).is_none());
+    // The inserts were read from the binlog just now, and heartbeats come every 2 s (bounds
+    // generous for a loaded machine).
+    let lag = sample(&page, "msgproxy_binlog_lag_seconds", &[]).expect("binlog lag");
+    assert!((0.0..10.0).contains(&lag), "binlog lag {lag}\n{page}");
+    let idle = sample(&page, "msgproxy_binlog_last_read_age_seconds", &[]).expect("binlog idle");
+    assert!((0.0..10.0).contains(&idle), "binlog idle {idle}\n{page}");
     assert!(
         page.contains("msgproxy_binlog_position{file=\"mysql-bin."),
         "{page}"
