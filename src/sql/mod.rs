@@ -3,14 +3,13 @@
 //! Every `COM_QUERY` passes through [`classify()`] before anything else happens to it, so the common path is a
 //! cheap look at the statement's first keyword: no allocation, no regex, no full parse. Only the rare
 //! statements the proxy acts on get a full parse: the virtual statements (`STREAM`, `ACK`, `SET workload`,
-//! `SHOW MESSAGE TABLES`)
-//! with [`parse_virtual`], and later DML/DDL that may touch message tables; everything else is relayed byte
-//! for byte.
+//! `SHOW MESSAGE TABLES`) with [`parse_virtual`], and later DML/DDL that may touch message tables; everything
+//! else is relayed byte for byte.
 //!
 //! The interception rules live in one place: [`KEYWORDS`] names the keywords the proxy tells apart,
 //! [`is_virtual`] says which of them the proxy always answers itself, and `action_for` adds the two
-//! statements decided by more than their keyword (`SET workload = ...`, `SHOW MESSAGE TABLES`). All of it is exercised from the data
-//! files in `grammar-tests/`.
+//! statements decided by more than their keyword (`SET workload = ...`, `SHOW MESSAGE TABLES`). All of it is
+//! exercised from the data files in `grammar-tests/`.
 //!
 //! - `classify.rs` — the first keyword, found by a byte scan that skips leading comments;
 //! - `lexer.rs` — a MariaDB-compatible lexer for the statements parsed here (positions, lines, quoting);
@@ -184,14 +183,14 @@ pub const fn is_virtual(keyword: Keyword) -> bool {
 /// The action for a statement whose first keyword is `keyword`: the single place where interception is
 /// switched on.
 ///
-/// `SHOW MESSAGE TABLES` is virtual too (only `SHOW` statements pay for that check, and it allocates
-/// nothing either); any other `SHOW` is relayed.
-///
 /// Besides [`is_virtual`] keywords, a `SET` is virtual when it assigns the Vitess `workload` variable and
 /// nothing else (`SET workload = 'olap'`, `SET @@session.workload = olap`, ...; Vitess clients send it
 /// before `STREAM`). Only `SET` statements pay for that check, and it allocates nothing. A `SET` that mixes
 /// `workload` with other variables, or gives it a value Vitess refuses, is relayed: the server then rejects
 /// the unknown variable, which is the honest answer.
+///
+/// `SHOW MESSAGE TABLES`, exactly, is virtual too (only `SHOW` statements pay for that check, and it
+/// allocates nothing either); any other `SHOW` is relayed.
 fn action_for(keyword: Keyword, sql: &[u8]) -> Action {
     if is_virtual(keyword)
         || (keyword == Keyword::Set && statements::is_set_workload(sql))
