@@ -63,7 +63,7 @@ async fn run(config: Config) -> std::process::ExitCode {
         };
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => {
-                let shown = listener.local_addr().map_or(addr, |a| a);
+                let shown = listener.local_addr().unwrap_or(addr);
                 info!("Prometheus metrics at http://{shown}/metrics");
                 tokio::spawn(msgproxy::metrics::http::serve(
                     listener,

@@ -205,6 +205,8 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     let reply = match backend.login(&ctx.config.backend, &response).await {
         Ok(r) => r,
         Err(e) => {
+            ctx.metrics
+                .backend_error(crate::metrics::BackendErrorKind::Connect);
             tracing::warn!(%peer, "backend login failed: {e}");
             let err = ErrorPacket::new(
                 CR_CONN_HOST_ERROR,

@@ -31,7 +31,8 @@ const KEYWORD_SLOTS: usize = Keyword::Other as usize + 1;
 /// Why a backend connection failed, for `msgproxy_backend_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendErrorKind {
-    /// A client's backend connection could not be opened (refused, unreachable, timed out).
+    /// A client's backend connection could not be opened or logged in (refused, unreachable,
+    /// timed out, broken during the login).
     Connect,
     /// A client's backend connection broke mid-session, or sent something malformed.
     Lost,
