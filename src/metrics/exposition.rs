@@ -1,7 +1,7 @@
 //! The Prometheus text exposition format (version 0.0.4), written by hand: a few dozen lines
 //! instead of a metrics framework, and every sample is visible where it is produced.
 //!
-//! Rules followed (https://prometheus.io/docs/instrumenting/exposition_formats/): one `# HELP`
+//! Rules followed (<https://prometheus.io/docs/instrumenting/exposition_formats/>): one `# HELP`
 //! and one `# TYPE` line per family, before its samples, all samples of a family together;
 //! label values escape `\`, `"` and newline; HELP text escapes `\` and newline; floats are
 //! written as Rust prints them (`NaN`, `+Inf`, `-Inf` spelled the Prometheus way).
