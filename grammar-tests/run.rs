@@ -436,6 +436,7 @@ fn render(statement: &VirtualStatement) -> String {
             format!("ack {} ids={}", table(t), ids.join("|"))
         }
         VirtualStatement::SetWorkload => "set-workload".to_owned(),
+        VirtualStatement::ShowMessageTables => "show-message-tables".to_owned(),
     }
 }
 

@@ -27,6 +27,7 @@
 //!   direct acks and DDL, server restarts, poll mode when binlog access is missing.
 //! - `cli` — the `mariadb` / `mariadb-admin` clients through the proxy.
 //! - `failures` — backend down, backend killed mid-session, clients that walk away.
+//! - `ops` — the Prometheus endpoint, `SHOW MESSAGE TABLES`, and logs without passwords.
 //! - `tls` — TLS between client and proxy, optional and required.
 //! - `raw_protocol` — commands mysql_async never sends (COM_INIT_DB, COM_SET_OPTION, cursors with
 //!   COM_STMT_FETCH, ...), byte for byte, with and without CLIENT_DEPRECATE_EOF/SESSION_TRACK.
@@ -41,6 +42,7 @@ mod commands;
 mod failures;
 mod hostile;
 mod messaging;
+mod ops;
 mod raw_protocol;
 mod statements;
 mod tls;

@@ -50,6 +50,10 @@ pub struct Cli {
     /// Worker threads [default: half the CPUs, at least 1]
     #[arg(long, env = "MSGPROXY_THREADS", value_name = "N")]
     pub threads: Option<usize>,
+    /// Serve Prometheus metrics over HTTP at http://ADDR/metrics (no authentication: bind it
+    /// where only the scraper can reach it) [default: off]
+    #[arg(long, env = "MSGPROXY_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// The optional configuration file. Every key is optional; unknown keys are errors so that a typo
@@ -74,6 +78,8 @@ pub struct FileConfig {
     pub users: Vec<UserConfig>,
     /// TLS for client connections.
     pub tls: Option<TlsConfig>,
+    /// Address of the Prometheus endpoint (`GET /metrics`), as `--metrics-listen`.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// One user of the proxy. Give `password`, or `password_hash` (the `*HEX` form of
@@ -218,6 +224,8 @@ pub struct Config {
     pub users: Vec<User>,
     pub tls: Option<TlsSettings>,
     pub require_tls: bool,
+    /// Where to serve Prometheus metrics; `None`: not served.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -332,6 +340,7 @@ impl Config {
             users,
             tls,
             require_tls,
+            metrics_listen: cli.metrics_listen.or(file.metrics_listen),
         })
     }
 }
@@ -343,8 +352,29 @@ fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
     })?;
     toml::from_str(&text).map_err(|e| ConfigError::Parse {
         path: path.into(),
-        message: e.to_string(),
+        message: parse_error_message(&text, &e),
     })
+}
+
+/// A TOML error without the file's text: toml's own message quotes the offending line, which
+/// may hold a password (an unterminated string, say), and the message goes to the log. Only
+/// the position is given, and on a line that sets a password not even the parser's message
+/// (it may quote the value).
+fn parse_error_message(text: &str, e: &toml::de::Error) -> String {
+    let Some(span) = e.span() else {
+        return e.message().to_string();
+    };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    let line_text = text.lines().nth(line - 1).unwrap_or_default();
+    let secret = line_text.trim_start().starts_with("password");
+    let message = if secret {
+        "invalid password or password_hash value (not shown)"
+    } else {
+        e.message()
+    };
+    format!("line {line}, column {column}: {}", message.trim_end())
 }
 
 fn resolve_user(u: UserConfig) -> Result<User, ConfigError> {
@@ -447,6 +477,44 @@ mod tests {
         );
         let err = Config::merge(cli(&["--threads", "0"]), FileConfig::default()).unwrap_err();
         assert!(err.to_string().contains("threads"), "{err}");
+    }
+
+    #[test]
+    fn config_errors_never_quote_a_password() {
+        for text in [
+            "[[users]]\nname = \"app\"\npassword = \"s3cret-unterminated\n",
+            "[[users]]\nname = \"app\"\npassword = s3cret-bare\n",
+            "[[users]]\nname = \"app\"\npassword_hash = \"s3cret-hash\nx = 1\n",
+        ] {
+            let e = toml::from_str::<FileConfig>(text).unwrap_err();
+            assert!(
+                e.to_string().contains("s3cret"),
+                "toml itself quotes it: {e}"
+            );
+            let message = parse_error_message(text, &e);
+            assert!(!message.contains("s3cret"), "{message}");
+            assert!(message.starts_with("line 3, column "), "{message}");
+        }
+        let text = "listen = \"127.0.0.1:1\"\nlisen = 1\n";
+        let e = toml::from_str::<FileConfig>(text).unwrap_err();
+        let message = parse_error_message(text, &e);
+        assert!(
+            message.starts_with("line 2, column 1: unknown field `lisen`"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn metrics_listen_from_flag_or_file() {
+        let c = Config::merge(cli(&[]), FileConfig::default()).unwrap();
+        assert_eq!(c.metrics_listen, None);
+        let f: FileConfig = toml::from_str("metrics_listen = \"127.0.0.1:9100\"").unwrap();
+        let c = Config::merge(cli(&[]), f).unwrap();
+        assert_eq!(c.metrics_listen.map(|a| a.port()), Some(9100));
+        let f: FileConfig = toml::from_str("metrics_listen = \"127.0.0.1:9100\"").unwrap();
+        let c = Config::merge(cli(&["--metrics-listen", "127.0.0.1:9200"]), f).unwrap();
+        assert_eq!(c.metrics_listen.map(|a| a.port()), Some(9200));
+        assert!(toml::from_str::<FileConfig>("metrics_listen = \"nope\"").is_err());
     }
 
     #[test]

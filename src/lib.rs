@@ -13,6 +13,8 @@
 //! - [`messaging`] — the message engine: table definitions, per-table managers, streams.
 //! - [`binlog`] — the binlog watcher: follows the backend's row-based binlog and tells the
 //!   engine about message-table rows written by anyone, and about DDL.
+//! - [`metrics`] — Prometheus metrics: the per-proxy counters, the page (with the per-table
+//!   counters of `messaging::stats`) and the `GET /metrics` endpoint.
 
 pub mod sql;
 
@@ -21,5 +23,6 @@ pub mod binlog;
 pub mod config;
 pub mod frontend;
 pub mod messaging;
+pub mod metrics;
 pub mod protocol;
 pub mod relay;

@@ -48,13 +48,39 @@ async fn run(config: Config) -> std::process::ExitCode {
     // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
     // and the pollers carry on alone.
     let binlog = BinlogWatcher::start(&backend, engine.clone(), shutdown.clone());
-    let ctx = match Context::new(config, shutdown.clone(), Some(engine)) {
+    let metrics_listen = config.metrics_listen;
+    let ctx = match Context::new(config, shutdown.clone(), Some(engine.clone())) {
         Ok(c) => c,
         Err(e) => {
             error!("{e}");
             return std::process::ExitCode::from(2);
         }
     };
+    if let Some(addr) = metrics_listen {
+        let registry = msgproxy::metrics::Registry {
+            proxy: ctx.metrics.clone(),
+            engine: Some(engine),
+            binlog: Some(msgproxy::metrics::BinlogView {
+                status: binlog.subscribe(),
+                activity: binlog.activity(),
+            }),
+        };
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                let shown = listener.local_addr().unwrap_or(addr);
+                info!("Prometheus metrics at http://{shown}/metrics");
+                tokio::spawn(msgproxy::metrics::http::serve(
+                    listener,
+                    std::sync::Arc::new(registry),
+                    shutdown.clone(),
+                ));
+            }
+            Err(e) => {
+                error!("cannot serve metrics on {addr}: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
     let server = match Server::bind(ctx).await {
         Ok(s) => s,
         Err(e) => {

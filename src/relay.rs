@@ -68,6 +68,8 @@ pub struct Relay {
     pub next_seq: u8,
     /// Whether the last response ended in an error.
     pub failed: bool,
+    /// Affected rows of the last response, summed over its OK results (the ack counters).
+    pub affected_rows: u64,
 }
 
 impl Relay {
@@ -77,6 +79,7 @@ impl Relay {
             status: initial_status,
             next_seq: 1,
             failed: false,
+            affected_rows: 0,
         }
     }
 
@@ -134,6 +137,7 @@ impl Relay {
             ResponseKind::Single => State::Single,
         };
         self.failed = false;
+        self.affected_rows = 0;
         // Bytes ready for the client, written before any wait on the backend.
         let mut pending = BytesMut::new();
         // Bytes of the current packet still to pass through unexamined.
@@ -230,7 +234,12 @@ impl Relay {
         }
         Ok(match state {
             State::FirstOfResult => match first {
-                Some(wire::OK_HEADER) => self.end_of_result(payload),
+                Some(wire::OK_HEADER) => {
+                    let mut r = Reader::new(payload.get(1..).unwrap_or_default());
+                    let affected = r.lenenc_int().unwrap_or(0);
+                    self.affected_rows = self.affected_rows.saturating_add(affected);
+                    self.end_of_result(payload)
+                }
                 Some(wire::LOCAL_INFILE_HEADER) => State::FirstOfResult,
                 _ => {
                     let columns = Reader::new(payload)

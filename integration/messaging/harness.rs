@@ -38,18 +38,23 @@ pub struct Env {
 impl Env {
     /// Creates (afresh) database `db` on the shared server and starts a proxy in front of it.
     pub async fn new(db: &str) -> Env {
-        Env::on(MariaDb::shared(), db).await
+        Env::on(MariaDb::shared(), db, &[]).await
     }
 
     /// Like [`Env::new`], on a MariaDB of the test's own, for tests that load the server hard
     /// enough to disturb the others. Call [`MariaDb::stop`] on `env.server` at the end (a test
     /// that panics leaves it to the end of the test process).
     pub async fn private(db: &str) -> Env {
-        let server: &'static MariaDb = Box::leak(Box::new(MariaDb::start()));
-        Env::on(server, db).await
+        Env::private_with(db, &[]).await
     }
 
-    async fn on(server: &'static MariaDb, db: &str) -> Env {
+    /// [`Env::private`] with `args` for the proxy.
+    pub async fn private_with(db: &str, args: &[&str]) -> Env {
+        let server: &'static MariaDb = Box::leak(Box::new(MariaDb::start()));
+        Env::on(server, db, args).await
+    }
+
+    async fn on(server: &'static MariaDb, db: &str, args: &[&str]) -> Env {
         {
             let mut c = Conn::new(opts(server.port(), "root", None, None))
                 .await
@@ -67,7 +72,7 @@ impl Env {
                 .expect("create the test database");
             let _ = c.disconnect().await;
         }
-        let proxy = start_proxy(server);
+        let proxy = start_proxy(server, args);
         Env {
             server,
             proxy,
@@ -77,7 +82,7 @@ impl Env {
 
     /// Another proxy on the same server (the same database).
     pub fn second_proxy(&self) -> Proxy {
-        start_proxy(self.server)
+        start_proxy(self.server, &[])
     }
 
     /// The last lines of the proxy's log, for failure messages.
@@ -211,9 +216,9 @@ impl Env {
 /// between the harness picking it and the proxy binding it; the harness then sees *that*
 /// process accept connections and returns a proxy that has already exited ("cannot listen ...
 /// Address already in use"). Retry in that case.
-fn start_proxy(server: &MariaDb) -> Proxy {
+fn start_proxy(server: &MariaDb, args: &[&str]) -> Proxy {
     for _ in 0..3 {
-        let proxy = Proxy::start(&server.backend_url(), &[], None);
+        let proxy = Proxy::start(&server.backend_url(), args, None);
         std::thread::sleep(Duration::from_millis(150));
         if proxy.is_alive() {
             return proxy;

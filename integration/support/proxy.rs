@@ -42,6 +42,17 @@ impl Proxy {
     /// Starts `msgproxy --listen 127.0.0.1:<free port> --backend <backend_url> [--config FILE]
     /// <extra_args>` and waits until its port accepts connections.
     pub fn start(backend_url: &str, extra_args: &[&str], config_toml: Option<&str>) -> Proxy {
+        Proxy::start_with_env(backend_url, extra_args, config_toml, &[])
+    }
+
+    /// Like [`Proxy::start`], with environment variables set for the proxy process (e.g.
+    /// `MSGPROXY_LOG=trace`).
+    pub fn start_with_env(
+        backend_url: &str,
+        extra_args: &[&str],
+        config_toml: Option<&str>,
+        envs: &[(&str, &str)],
+    ) -> Proxy {
         let dir = tempfile::Builder::new()
             .prefix("msgproxy-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -68,6 +79,7 @@ impl Proxy {
                 cmd.arg("--config").arg(path);
             }
             cmd.args(extra_args)
+                .envs(envs.iter().copied())
                 .current_dir(dir.path())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())

@@ -67,3 +67,73 @@ pub struct BinlogStatus {
     /// How many times a stream was opened.
     pub sessions: u64,
 }
+
+/// When the watcher last read something, for the lag metrics. Atomics, so the reader pays two
+/// relaxed stores per event and the scrape never waits for it.
+#[derive(Debug, Default)]
+pub struct BinlogActivity {
+    /// Unix milliseconds when the last event or heartbeat was read (0: never).
+    read_at_ms: std::sync::atomic::AtomicU64,
+    /// The header timestamp (Unix seconds) of the last event read that carries one.
+    event_ts: std::sync::atomic::AtomicU64,
+    /// Unix milliseconds when that event was read.
+    event_read_at_ms: std::sync::atomic::AtomicU64,
+}
+
+impl BinlogActivity {
+    /// Something was read: an event with header timestamp `event_ts` (Unix seconds; 0 for
+    /// heartbeats and artificial events, which say only that the stream is alive).
+    pub fn read(&self, event_ts: u32, now_ms: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.read_at_ms.store(now_ms, Relaxed);
+        if event_ts > 0 {
+            self.event_ts.store(u64::from(event_ts), Relaxed);
+            self.event_read_at_ms.store(now_ms, Relaxed);
+        }
+    }
+
+    /// How far behind the server the last event was when it was read, in seconds: read time
+    /// minus the event's timestamp (the server stamps an event with its statement's start, in
+    /// whole seconds, so this has a resolution of one second and includes the time a long
+    /// transaction took). 0 before any event.
+    pub fn lag_seconds(&self) -> f64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        let ts_ms = self.event_ts.load(Relaxed).saturating_mul(1000);
+        let read = self.event_read_at_ms.load(Relaxed);
+        if ts_ms == 0 || read == 0 {
+            return 0.0;
+        }
+        read.saturating_sub(ts_ms) as f64 / 1000.0
+    }
+
+    /// Seconds since anything (event or heartbeat) was read, `None` before anything was.
+    pub fn idle_seconds(&self, now_ms: u64) -> Option<f64> {
+        let read = self.read_at_ms.load(std::sync::atomic::Ordering::Relaxed);
+        (read > 0).then(|| now_ms.saturating_sub(read) as f64 / 1000.0)
+    }
+}
+
+/// Unix time in milliseconds.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod activity_tests {
+    use super::*;
+
+    #[test]
+    fn lag_is_read_time_minus_event_time() {
+        let a = BinlogActivity::default();
+        assert_eq!(a.lag_seconds(), 0.0);
+        assert_eq!(a.idle_seconds(5_000), None);
+        a.read(100, 102_500);
+        assert_eq!(a.lag_seconds(), 2.5);
+        // A heartbeat: the stream is alive, the last event's lag stands.
+        a.read(0, 110_000);
+        assert_eq!(a.lag_seconds(), 2.5);
+        assert_eq!(a.idle_seconds(111_000), Some(1.0));
+    }
+}

@@ -33,7 +33,7 @@ use super::follow::{Follower, Sink, TableHandle};
 use super::prereq::{self, Missing};
 use super::rows::RowChange;
 use super::statement::names_identifier;
-use super::{BinlogMode, BinlogPosition, BinlogStatus};
+use super::{BinlogActivity, BinlogMode, BinlogPosition, BinlogStatus};
 use crate::config::BackendTarget;
 use crate::messaging::engine::{Engine, Lookup};
 use crate::messaging::manager::TableManager;
@@ -53,6 +53,7 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(30);
 /// The running watcher: its status, and a way to wait for it to stop.
 pub struct BinlogWatcher {
     status: watch::Receiver<BinlogStatus>,
+    activity: Arc<BinlogActivity>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -77,6 +78,7 @@ impl BinlogWatcher {
             .pass(Some(backend.password.clone()).filter(|p| !p.is_empty()))
             .db_name(backend.database.clone());
         let reload = Arc::new(Notify::new());
+        let activity = Arc::new(BinlogActivity::default());
         tokio::spawn(reload_on_ddl(
             engine.clone(),
             reload.clone(),
@@ -89,9 +91,11 @@ impl BinlogWatcher {
             shutdown,
             status: tx,
             server_id,
+            activity: activity.clone(),
         };
         BinlogWatcher {
             status: rx,
+            activity,
             task: tokio::spawn(watcher.run()),
         }
     }
@@ -104,6 +108,11 @@ impl BinlogWatcher {
     /// A receiver that sees every change of the status.
     pub fn subscribe(&self) -> watch::Receiver<BinlogStatus> {
         self.status.clone()
+    }
+
+    /// When the watcher last read an event or heartbeat (the lag metrics).
+    pub fn activity(&self) -> Arc<BinlogActivity> {
+        self.activity.clone()
     }
 
     /// Waits (at most `limit`) for the watcher to stop after the shutdown token fired.
@@ -179,6 +188,7 @@ struct Watcher {
     shutdown: CancellationToken,
     status: watch::Sender<BinlogStatus>,
     server_id: u32,
+    activity: Arc<BinlogActivity>,
 }
 
 impl Watcher {
@@ -416,7 +426,15 @@ impl Watcher {
         };
         let status = self.status.clone();
         let shutdown = self.shutdown.clone();
-        let task = tokio::spawn(read_stream(stream, start.clone(), sink, status, shutdown));
+        let activity = self.activity.clone();
+        let task = tokio::spawn(read_stream(
+            stream,
+            start.clone(),
+            sink,
+            status,
+            shutdown,
+            activity,
+        ));
         match task.await {
             Ok(end) => end,
             Err(e) => End::Lost {
@@ -433,6 +451,7 @@ async fn read_stream(
     sink: EngineSink,
     status: watch::Sender<BinlogStatus>,
     shutdown: CancellationToken,
+    activity: Arc<BinlogActivity>,
 ) -> End {
     let mut follower: Follower<Arc<TableManager>> = Follower::new(&start);
     loop {
@@ -471,10 +490,27 @@ async fn read_stream(
                 };
             }
         };
+        activity.read(event_timestamp(&event), super::unix_ms());
         follower.handle(&event, &sink);
         if let Some(position) = follower.take_moved() {
             status.send_modify(|s| s.position = Some(position));
         }
+    }
+}
+
+/// The event's header timestamp; 0 for heartbeats, format descriptions and artificial events
+/// (the server sends those at the start of a stream with the time the file was made, which
+/// says nothing about how far behind the stream is).
+fn event_timestamp(event: &Event) -> u32 {
+    const FORMAT_DESCRIPTION_EVENT: u8 = 15;
+    const HEARTBEAT_EVENT: u8 = 27;
+    const LOG_EVENT_ARTIFICIAL_F: u16 = 0x20;
+    let header = event.header();
+    let artificial = header.flags_raw() & LOG_EVENT_ARTIFICIAL_F != 0 || header.log_pos() == 0;
+    match header.event_type_raw() {
+        FORMAT_DESCRIPTION_EVENT | HEARTBEAT_EVENT => 0,
+        _ if artificial => 0,
+        _ => header.timestamp(),
     }
 }
 

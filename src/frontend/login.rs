@@ -35,6 +35,8 @@ pub async fn serve(ctx: Arc<Context>, tcp: TcpStream, peer: SocketAddr) {
     {
         Ok(b) => b,
         Err(e) => {
+            ctx.metrics
+                .backend_error(crate::metrics::BackendErrorKind::Connect);
             tracing::warn!(%peer, "refusing client: {e}");
             let err = match e {
                 crate::backend::BackendError::Refused(err) => err,
@@ -190,6 +192,7 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     if !check_password(&ctx, &user, plugin, &nonce, &auth_response) {
+        ctx.metrics.login_failed();
         let err = access_denied(&user, peer, !auth_response.is_empty());
         write_packet(client.get_mut(), seq, &err.encode(true)).await?;
         return Ok(None);
@@ -202,6 +205,8 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     let reply = match backend.login(&ctx.config.backend, &response).await {
         Ok(r) => r,
         Err(e) => {
+            ctx.metrics
+                .backend_error(crate::metrics::BackendErrorKind::Connect);
             tracing::warn!(%peer, "backend login failed: {e}");
             let err = ErrorPacket::new(
                 CR_CONN_HOST_ERROR,

@@ -45,6 +45,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             VirtualStatement::Stream { table } => self.stream(&table).await,
             VirtualStatement::Ack { table, ids } => self.ack(&table, &ids).await,
+            VirtualStatement::ShowMessageTables => self.show_message_tables().await,
         }
     }
 
@@ -151,7 +152,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             state::UNACKED_SQL
         );
         self.relay_statement(sql.as_bytes(), ResponseKind::Results)
-            .await
+            .await?;
+        if !self.relay.failed {
+            manager.stats().record_acked(self.relay.affected_rows);
+        }
+        Ok(())
     }
 
     /// After a relayed statement: collect the message tables it may have written, tell their
@@ -164,6 +169,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let Some(engine) = self.ctx.engine.clone() else {
             return;
         };
+        if classification.keyword == Keyword::Update {
+            self.count_sql_ack(&engine, sql);
+        }
         match classification.keyword {
             Keyword::Insert
             | Keyword::Replace

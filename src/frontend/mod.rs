@@ -3,6 +3,7 @@
 
 mod login;
 mod messages;
+mod ops;
 mod session;
 pub mod tls;
 
@@ -31,6 +32,8 @@ pub struct Context {
     pub shutdown: CancellationToken,
     /// The message engine; `None` only in set-ups that want a bare relay.
     pub engine: Option<Arc<crate::messaging::engine::Engine>>,
+    /// The proxy-wide counters (Prometheus), bumped by the accept loop and the sessions.
+    pub metrics: Arc<crate::metrics::ProxyMetrics>,
     implicit_root: User,
 }
 
@@ -46,6 +49,7 @@ impl Context {
             tls,
             shutdown,
             engine,
+            metrics: Arc::default(),
             implicit_root: User {
                 name: "root".into(),
                 secret: Secret::Plain(Vec::new()),
@@ -111,12 +115,15 @@ impl Server {
             match permits.clone().try_acquire_owned() {
                 Ok(permit) => {
                     let ctx = self.ctx.clone();
+                    let open = ctx.metrics.connection_opened();
                     tracker.spawn(async move {
                         login::serve(ctx, tcp, peer).await;
+                        drop(open);
                         drop(permit);
                     });
                 }
                 Err(_) => {
+                    self.ctx.metrics.connection_refused();
                     tracker.spawn(refuse_too_many(tcp, self.ctx.config.max_connections));
                 }
             }

@@ -104,6 +104,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return;
             }
             SessionEnd::Backend(_) | SessionEnd::Protocol => {
+                self.ctx
+                    .metrics
+                    .backend_error(crate::metrics::BackendErrorKind::Lost);
                 warn!(%peer, user = %self.user, "session ended: {end}");
                 let err = ErrorPacket::new(
                     CR_SERVER_LOST,
@@ -195,6 +198,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             COM_QUERY => {
                 let classification = sql::classify(&payload[1..]);
+                self.ctx.metrics.statement(classification.keyword);
                 if classification.action == Action::Virtual {
                     return self.serve_virtual(&payload[1..]).await;
                 }
@@ -267,6 +271,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     .await;
             }
             COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE | COM_PROCESS_INFO => ResponseKind::Results,
+            COM_STMT_PREPARE if sql::classify(&payload[1..]).action == Action::Virtual => {
+                // The proxy answers these itself, over the text protocol only; the server would
+                // say "syntax error", which is not the reason.
+                return self
+                    .reply_error(ErrorPacket::new(
+                        ER_UNSUPPORTED_PS,
+                        "HY000",
+                        "STREAM, ACK, SET workload and SHOW MESSAGE TABLES are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
+                    ))
+                    .await;
+            }
             COM_STMT_PREPARE => ResponseKind::Prepare,
             COM_STMT_FETCH => ResponseKind::Rows,
             COM_FIELD_LIST => ResponseKind::FieldList,
@@ -421,6 +436,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         let client = self.client.get_mut();
         if !check_password(&self.ctx, &user, plugin, &self.nonce, &response) {
+            self.ctx.metrics.login_failed();
             let err = access_denied(&user, self.peer, !response.is_empty());
             write_packet(client, seq, &err.encode(true))
                 .await

@@ -124,6 +124,16 @@ impl DueCache {
         self.capacity
     }
 
+    /// The earliest positive `time_next` in the cache (NULL/0 seeds have no due time to age
+    /// from). O(n): for metrics at scrape time, never on the delivery path.
+    pub fn oldest_time_next(&self) -> Option<i64> {
+        self.index
+            .values()
+            .map(|&(_, t)| t)
+            .filter(|&t| t > 0)
+            .min()
+    }
+
     pub fn clear(&mut self) {
         self.order.clear();
         self.index.clear();

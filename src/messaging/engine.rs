@@ -120,6 +120,25 @@ impl Engine {
         }
     }
 
+    /// Every `vitess_message` table the registry knows, loaded or broken, sorted by name (for
+    /// metrics and `SHOW MESSAGE TABLES`).
+    pub fn tables(&self) -> Vec<(TableKey, Lookup)> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        let mut all: Vec<(TableKey, Lookup)> = tables
+            .iter()
+            .map(|(key, entry)| {
+                let lookup = match entry {
+                    Entry::Loaded(m) => Lookup::Loaded(m.clone()),
+                    Entry::Broken(why) => Lookup::Broken(why.clone()),
+                };
+                (key.clone(), lookup)
+            })
+            .collect();
+        drop(tables);
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
     /// Whether any message table is loaded (lets sessions skip all message work when none is).
     pub fn has_tables(&self) -> bool {
         !self

@@ -53,6 +53,8 @@ pub struct TableManager {
     pool: Pool,
     stop: CancellationToken,
     next_subscriber_id: AtomicU64,
+    /// What the table has done (sent, acked, ...), for metrics and `SHOW MESSAGE TABLES`.
+    stats: super::stats::TableStats,
 }
 
 struct State {
@@ -211,6 +213,7 @@ impl TableManager {
             pool,
             stop,
             next_subscriber_id: AtomicU64::new(1),
+            stats: super::stats::TableStats::default(),
         });
         let runner = manager.clone();
         tokio::spawn(async move { runner.run().await });
@@ -244,6 +247,23 @@ impl TableManager {
 
     pub fn is_stopped(&self) -> bool {
         self.stop.is_cancelled()
+    }
+
+    /// The table's counters.
+    pub fn stats(&self) -> &super::stats::TableStats {
+        &self.stats
+    }
+
+    /// The manager's state now, for gauges. Cheap: one lock, a pass over the cache.
+    pub fn snapshot(&self) -> super::stats::ManagerSnapshot {
+        let state = self.lock();
+        super::stats::ManagerSnapshot {
+            subscribers: state.subscribers.len(),
+            cached: state.cache.len(),
+            in_flight: state.in_flight.len(),
+            scheduled: state.schedule.len(),
+            oldest_due_ns: state.cache.oldest_time_next(),
+        }
     }
 
     /// Rows may have become due (an insert was committed through the proxy): poll soon.
@@ -633,6 +653,7 @@ impl TableManager {
                 warn!("purging {} failed: {e}", def.qualified());
                 return;
             }
+            self.stats.record_purged(conn.affected_rows());
             if (literals.len() as u64) < PURGE_BATCH {
                 return;
             }

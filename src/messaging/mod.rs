@@ -7,5 +7,6 @@ pub mod options;
 pub mod poll;
 pub mod schedule;
 pub mod state;
+pub mod stats;
 pub mod stream;
 pub mod table;

@@ -17,6 +17,7 @@ use super::backoff;
 use super::cache::Entry;
 use super::manager::{order_by, Subscription};
 use super::state;
+use super::stats::TableStats;
 use super::table::MessageTable;
 use crate::backend::{Backend, BackendError, QueryOutcome};
 use crate::protocol::packet::{encode_packet, PacketReader};
@@ -131,7 +132,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut current = (*subscription.manager().definition()).clone();
                 current.stream_columns = def.stream_columns.clone();
                 let def = current;
-                let result = claim_and_send(client, backend, deprecate_eof, &def, &batch, &mut seq).await;
+                let stats = subscription.manager().stats();
+                let result = claim_and_send(client, backend, deprecate_eof, &def, &batch, &mut seq, stats).await;
                 let sent = match &result {
                     Ok(sent) => sent.clone(),
                     Err(_) => Vec::new(),
@@ -172,6 +174,7 @@ async fn claim_and_send<S: AsyncRead + AsyncWrite + Unpin>(
     def: &MessageTable,
     batch: &[Entry],
     seq: &mut u8,
+    stats: &TableStats,
 ) -> Result<Vec<Entry>, BatchError> {
     let literals: Vec<String> = batch
         .iter()
@@ -186,12 +189,15 @@ async fn claim_and_send<S: AsyncRead + AsyncWrite + Unpin>(
     }
     let mut out = BytesMut::new();
     let mut sent = Vec::with_capacity(claimed.len());
-    for (row, key, time_next) in claimed {
+    // (epoch before the claim, due time as the manager knew it) per row, for the stats.
+    let mut delivered = Vec::with_capacity(claimed.len());
+    for (row, key, time_next, epoch) in claimed {
         *seq = encode_packet(&mut out, *seq, &row);
-        let priority = batch
+        let (priority, due) = batch
             .iter()
             .find(|e| e.key == key)
-            .map_or(0, |e| e.priority);
+            .map_or((0, 0), |e| (e.priority, e.time_next));
+        delivered.push((epoch, due));
         sent.push(Entry {
             key,
             priority,
@@ -199,11 +205,16 @@ async fn claim_and_send<S: AsyncRead + AsyncWrite + Unpin>(
         });
     }
     write_all(client, &out).await.map_err(BatchError::Client)?;
+    let now = state::now_ns();
+    for (epoch, due) in delivered {
+        stats.record_sent(epoch, due, now);
+    }
     Ok(sent)
 }
 
-/// A claimed row: its payload trimmed to the stream columns, its key, its new `time_next`.
-type Claimed = (BytesMut, Box<[u8]>, i64);
+/// A claimed row: its payload trimmed to the stream columns, its key, its new `time_next`, its
+/// `epoch` before the claim.
+type Claimed = (BytesMut, Box<[u8]>, i64, i64);
 
 /// The claim transaction.
 async fn claim(
@@ -264,7 +275,7 @@ async fn claim(
         let keep = wire::text_row_prefix_len(&row, stream_columns)
             .ok_or(BatchError::Backend(BackendError::Protocol))?;
         row.truncate(keep);
-        claimed.push((row, key, time_next));
+        claimed.push((row, key, time_next, epoch));
     }
     if claimed.is_empty() {
         exec(backend, deprecate_eof, "COMMIT").await?;

@@ -35,6 +35,8 @@ pub const ER_UNKNOWN_COM_ERROR: u16 = 1047;
 pub const ER_HANDSHAKE_ERROR: u16 = 1043;
 /// ER_NET_PACKET_TOO_LARGE.
 pub const ER_NET_PACKET_TOO_LARGE: u16 = 1153;
+/// "This command is not supported in the prepared statement protocol yet".
+pub const ER_UNSUPPORTED_PS: u16 = 1295;
 /// ER_SECURE_TRANSPORT_REQUIRED (MySQL 5.7+, also understood by MariaDB clients).
 pub const ER_SECURE_TRANSPORT_REQUIRED: u16 = 3159;
 /// CR_CONN_HOST_ERROR: "Can't connect to MySQL server". A client-side code, but the one every

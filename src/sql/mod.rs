@@ -2,14 +2,14 @@
 //!
 //! Every `COM_QUERY` passes through [`classify()`] before anything else happens to it, so the common path is a
 //! cheap look at the statement's first keyword: no allocation, no regex, no full parse. Only the rare
-//! statements the proxy acts on get a full parse: the virtual statements (`STREAM`, `ACK`, `SET workload`)
-//! with [`parse_virtual`], and later DML/DDL that may touch message tables; everything else is relayed byte
-//! for byte.
+//! statements the proxy acts on get a full parse: the virtual statements (`STREAM`, `ACK`, `SET workload`,
+//! `SHOW MESSAGE TABLES`) with [`parse_virtual`], and later DML/DDL that may touch message tables; everything
+//! else is relayed byte for byte.
 //!
 //! The interception rules live in one place: [`KEYWORDS`] names the keywords the proxy tells apart,
-//! [`is_virtual`] says which of them the proxy always answers itself, and `action_for` adds the one
-//! statement decided by more than its keyword (`SET workload = ...`). All of it is exercised from the data
-//! files in `grammar-tests/`.
+//! [`is_virtual`] says which of them the proxy always answers itself, and `action_for` adds the two
+//! statements decided by more than their keyword (`SET workload = ...`, `SHOW MESSAGE TABLES`). All of it is
+//! exercised from the data files in `grammar-tests/`.
 //!
 //! - `classify.rs` — the first keyword, found by a byte scan that skips leading comments;
 //! - `lexer.rs` — a MariaDB-compatible lexer for the statements parsed here (positions, lines, quoting);
@@ -188,8 +188,14 @@ pub const fn is_virtual(keyword: Keyword) -> bool {
 /// before `STREAM`). Only `SET` statements pay for that check, and it allocates nothing. A `SET` that mixes
 /// `workload` with other variables, or gives it a value Vitess refuses, is relayed: the server then rejects
 /// the unknown variable, which is the honest answer.
+///
+/// `SHOW MESSAGE TABLES`, exactly, is virtual too (only `SHOW` statements pay for that check, and it
+/// allocates nothing either); any other `SHOW` is relayed.
 fn action_for(keyword: Keyword, sql: &[u8]) -> Action {
-    if is_virtual(keyword) || (keyword == Keyword::Set && statements::is_set_workload(sql)) {
+    if is_virtual(keyword)
+        || (keyword == Keyword::Set && statements::is_set_workload(sql))
+        || (keyword == Keyword::Show && statements::is_show_message_tables(sql))
+    {
         Action::Virtual
     } else {
         Action::Relay
@@ -254,5 +260,28 @@ mod tests {
             Action::Relay
         );
         assert_eq!(action_for(Keyword::Ack, b"ACK"), Action::Virtual);
+    }
+
+    #[test]
+    fn show_is_virtual_only_for_message_tables() {
+        for sql in [
+            &b"SHOW MESSAGE TABLES"[..],
+            b"show message tables;",
+            b"SHOW /* x */ Message\n TABLES ; -- end",
+        ] {
+            assert_eq!(action_for(Keyword::Show, sql), Action::Virtual, "{sql:?}");
+        }
+        for sql in [
+            &b"SHOW TABLES"[..],
+            b"SHOW MESSAGE TABLES LIKE 'x'",
+            b"SHOW MESSAGE",
+            b"SHOW `MESSAGE` TABLES",
+        ] {
+            assert_eq!(action_for(Keyword::Show, sql), Action::Relay, "{sql:?}");
+        }
+        assert_eq!(
+            parse_virtual(b"SHOW MESSAGE TABLES"),
+            Ok(VirtualStatement::ShowMessageTables)
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! ACK table_ref id [, id ...]
 //! SET [SESSION | LOCAL] workload {= | :=} value
 //! SET @@[session. | local.]workload {= | :=} value
+//! SHOW MESSAGE TABLES
 //!
 //! table_ref = ident | ident . ident
 //! ident     = unquoted identifier (not all digits, not a reserved word) | `backtick quoted`
@@ -39,6 +40,8 @@ pub enum VirtualStatement {
     Ack { table: TableName, ids: Vec<String> },
     /// `SET workload = ...` — accepted, changes nothing.
     SetWorkload,
+    /// `SHOW MESSAGE TABLES` — the message tables and what they are doing, from the proxy.
+    ShowMessageTables,
 }
 
 /// A table as named in a statement: unquoted (backticks removed, doubled backticks undone).
@@ -117,6 +120,19 @@ pub(super) fn is_set_workload(sql: &[u8]) -> bool {
     let mut parser = Parser::new(trim_statement(sql));
     let set = parser.next();
     parser.is_keyword(set, "SET") && parser.set_workload().and_then(|()| parser.end()).is_ok()
+}
+
+/// Whether `sql` is `SHOW MESSAGE TABLES` (any case, comments and one `;` allowed): the
+/// classifier's test for the one `SHOW` that is virtual. Allocates nothing. MariaDB has no `SHOW
+/// MESSAGE ...`, so nothing the server would answer is taken; anything longer (`SHOW MESSAGE
+/// TABLES LIKE 'x'`) is relayed, and the server's syntax error is the answer.
+pub(super) fn is_show_message_tables(sql: &[u8]) -> bool {
+    let mut parser = Parser::new(trim_statement(sql));
+    let show = parser.next();
+    parser.is_keyword(show, "SHOW")
+        && parser.expect_keyword("MESSAGE").is_ok()
+        && parser.expect_keyword("TABLES").is_ok()
+        && parser.end().is_ok()
 }
 
 /// Where a syntax error is: what [`SyntaxError`] is made of, without the allocation.
@@ -211,6 +227,10 @@ impl<'a> Parser<'a> {
         } else if self.is_keyword(first, "SET") {
             self.set_workload()?;
             VirtualStatement::SetWorkload
+        } else if self.is_keyword(first, "SHOW") {
+            self.expect_keyword("MESSAGE")?;
+            self.expect_keyword("TABLES")?;
+            VirtualStatement::ShowMessageTables
         } else {
             return Err(first.into());
         };
