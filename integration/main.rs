@@ -39,6 +39,7 @@ mod bulk;
 mod cli;
 mod commands;
 mod failures;
+mod faults;
 mod hostile;
 mod messaging;
 mod raw_protocol;

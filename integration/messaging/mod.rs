@@ -28,6 +28,6 @@ mod acks;
 mod arrival;
 mod columns;
 mod errors;
-mod harness;
+pub(crate) mod harness;
 mod hostile_names;
 mod streams;
