@@ -103,7 +103,7 @@ async fn wait_for_log(proxy: &Proxy, needle: &str, secs: u64) {
 
 /// What a consumer saw.
 #[derive(Debug)]
-enum Seen {
+pub(crate) enum Seen {
     Message {
         id: i64,
         at: Instant,
@@ -115,7 +115,7 @@ enum Seen {
 /// A `STREAM * FROM t` that reconnects after its stream ends, like an application would. It runs
 /// on a thread with its own runtime: mysql_async cannot drop a connection mid-result without
 /// draining it (forever, for a stream), so stopping means dropping that runtime.
-struct Consumer {
+pub(crate) struct Consumer {
     rx: mpsc::UnboundedReceiver<Seen>,
     stop: CancellationToken,
     opened: Arc<AtomicUsize>,
@@ -124,7 +124,7 @@ struct Consumer {
 }
 
 impl Consumer {
-    fn start(port: u16, db: &str, table: &str) -> Consumer {
+    pub(crate) fn start(port: u16, db: &str, table: &str) -> Consumer {
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
         let opened = Arc::new(AtomicUsize::new(0));
@@ -153,13 +153,13 @@ impl Consumer {
     }
 
     /// Waits until the stream has been opened `n` times in all (its columns arrived).
-    async fn wait_open(&self, n: usize, secs: u64) {
+    pub(crate) async fn wait_open(&self, n: usize, secs: u64) {
         let opened = eventually(secs, async || self.opened.load(Ordering::SeqCst) >= n).await;
         assert!(opened, "{}: not open (#{n}) within {secs} s", self.what);
     }
 
     /// The next thing seen, within `wait`.
-    async fn next(&mut self, wait: Duration) -> Option<Seen> {
+    pub(crate) async fn next(&mut self, wait: Duration) -> Option<Seen> {
         tokio::time::timeout(wait, self.rx.recv())
             .await
             .ok()

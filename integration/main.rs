@@ -28,6 +28,9 @@
 //! - `cli` — the `mariadb` / `mariadb-admin` clients through the proxy.
 //! - `failures` — backend down, backend killed mid-session, clients that walk away.
 //! - `ops` — the Prometheus endpoint, `SHOW MESSAGE TABLES`, and logs without passwords.
+//! - `faults` — faults on purpose, counting every message: the proxy SIGKILLed and restarted, the
+//!   backend restarted under load, a consumer that stops reading, clients vanishing mid-batch,
+//!   mid-result and mid-LOAD DATA, one of two proxies SIGKILLed.
 //! - `tls` — TLS between client and proxy, optional and required.
 //! - `raw_protocol` — commands mysql_async never sends (COM_INIT_DB, COM_SET_OPTION, cursors with
 //!   COM_STMT_FETCH, ...), byte for byte, with and without CLIENT_DEPRECATE_EOF/SESSION_TRACK.
@@ -40,6 +43,7 @@ mod bulk;
 mod cli;
 mod commands;
 mod failures;
+mod faults;
 mod hostile;
 mod messaging;
 mod ops;

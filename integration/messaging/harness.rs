@@ -380,6 +380,27 @@ impl Stream {
         }
     }
 
+    /// Like [`Stream::recv`] for a stream that is expected to break (its proxy or server is
+    /// killed): the next message within `wait` (`Ok(None)`: none came), or how the stream ended.
+    pub async fn recv_or_end(&mut self, wait: Duration) -> Result<Option<Msg>, String> {
+        match tokio::time::timeout(wait, self.rx.recv()).await {
+            Err(_) => Ok(None),
+            Ok(Some(Event::Row(m))) => Ok(Some(m)),
+            Ok(Some(Event::Failed(f))) => Err(format!("failed: {f:?}")),
+            Ok(Some(Event::Ended)) => Err("the result set ended".into()),
+            Ok(None) => Err("the stream thread is gone".into()),
+        }
+    }
+
+    /// The messages that have already arrived, without waiting.
+    pub async fn ready(&mut self) -> Vec<Msg> {
+        let mut got = Vec::new();
+        while let Ok(Some(m)) = self.recv_or_end(Duration::ZERO).await {
+            got.push(m);
+        }
+        got
+    }
+
     /// Exactly `n` messages within `wait` (panics, listing what came, if fewer arrive).
     pub async fn recv_n(&mut self, n: usize, wait: Duration) -> Vec<Msg> {
         let deadline = tokio::time::Instant::now() + wait;

@@ -27,6 +27,11 @@ pub struct Proxy {
     port: u16,
     runner: Runner,
     dir: tempfile::TempDir,
+    /// What it was started with, for [`Proxy::restart`].
+    backend_url: String,
+    extra_args: Vec<String>,
+    config: Option<PathBuf>,
+    envs: Vec<(String, String)>,
 }
 
 /// The binary under test: cargo's build of it, or `MSGPROXY_BIN` (e.g. a release build).
@@ -53,6 +58,10 @@ impl Proxy {
         config_toml: Option<&str>,
         envs: &[(&str, &str)],
     ) -> Proxy {
+        let envs: Vec<(String, String)> = envs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let dir = tempfile::Builder::new()
             .prefix("msgproxy-")
             .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
@@ -69,40 +78,22 @@ impl Proxy {
         loop {
             attempt += 1;
             let port = process::free_port();
-            let stderr = fs::File::create(dir.path().join("stderr.log")).expect("proxy log file");
-            let mut cmd = Command::new(binary());
-            cmd.arg("--listen")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("--backend")
-                .arg(backend_url);
-            if let Some(path) = &config {
-                cmd.arg("--config").arg(path);
-            }
-            cmd.args(extra_args)
-                .envs(envs.iter().copied())
-                .current_dir(dir.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(stderr);
-            let mut child =
-                process::spawn_owned(cmd, libc::SIGKILL).expect("spawn the msgproxy binary");
-            let deadline = Instant::now() + Duration::from_secs(15);
-            let failure = loop {
-                if let Ok(Some(status)) = child.try_wait() {
-                    break format!("msgproxy exited early ({status})");
-                }
-                if process::port_accepts(port) {
+            let extra: Vec<String> = extra_args.iter().map(|a| a.to_string()).collect();
+            // A fresh log per attempt (spawn appends, so that a restart keeps the log).
+            let _ = fs::remove_file(dir.path().join("stderr.log"));
+            let failure = match spawn(port, backend_url, &extra, config.as_deref(), &envs, &dir) {
+                Ok(child) => {
                     return Proxy {
                         port,
                         runner: Runner::Process(Mutex::new(child)),
                         dir,
-                    };
+                        backend_url: backend_url.to_string(),
+                        extra_args: extra,
+                        config,
+                        envs,
+                    }
                 }
-                if Instant::now() > deadline {
-                    process::kill_hard(&mut child);
-                    break "msgproxy did not accept connections within 15 s".to_string();
-                }
-                std::thread::sleep(Duration::from_millis(20));
+                Err(failure) => failure,
             };
             let log = process::tail(&dir.path().join("stderr.log"), 8000);
             // Another process may have taken the port between free_port() and the bind.
@@ -114,6 +105,63 @@ impl Proxy {
                  config {config_toml:?}\n--- msgproxy stderr ---\n{log}"
             );
         }
+    }
+
+    /// SIGKILL: the proxy vanishes mid-whatever, like a crash (its sockets are closed by the
+    /// kernel). [`Proxy::restart`] brings it back.
+    pub fn kill(&self) {
+        if let Runner::Process(child) = &self.runner {
+            process::kill_hard(&mut child.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+    }
+
+    /// Starts the proxy again on the same port with the same arguments (killing it first if it
+    /// still runs); its log goes on in the same file. Waits until the port accepts connections.
+    pub fn restart(&self) {
+        let Runner::Process(child) = &self.runner else {
+            panic!("Proxy::restart is not supported by the stand-in");
+        };
+        let mut child = child.lock().unwrap_or_else(|e| e.into_inner());
+        process::kill_hard(&mut child);
+        match spawn(
+            self.port,
+            &self.backend_url,
+            &self.extra_args,
+            self.config.as_deref(),
+            &self.envs,
+            &self.dir,
+        ) {
+            Ok(new) => *child = new,
+            Err(failure) => panic!(
+                "restarting msgproxy on port {}: {failure}\n--- msgproxy stderr ---\n{}",
+                self.port,
+                self.log()
+            ),
+        }
+    }
+
+    /// The process id (for /proc), `None` for the stand-in.
+    pub fn pid(&self) -> Option<u32> {
+        match &self.runner {
+            Runner::Process(child) => Some(child.lock().unwrap_or_else(|e| e.into_inner()).id()),
+            Runner::StandIn(_) => None,
+        }
+    }
+
+    /// The process's resident memory now and at its peak (`VmRSS`, `VmHWM` from
+    /// /proc/PID/status), in KiB.
+    pub fn memory_kib(&self) -> Option<(u64, u64)> {
+        let status = fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let field = |name: &str| -> Option<u64> {
+            let line = status.lines().find(|l| l.starts_with(name))?;
+            line[name.len()..]
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()
+        };
+        Some((field("VmRSS:")?, field("VmHWM:")?))
     }
 
     fn start_standin(backend_url: &str, dir: tempfile::TempDir) -> Proxy {
@@ -146,6 +194,10 @@ impl Proxy {
             port,
             runner: Runner::StandIn(stop),
             dir,
+            backend_url: backend_url.to_string(),
+            extra_args: Vec::new(),
+            config: None,
+            envs: Vec::new(),
         }
     }
 
@@ -191,6 +243,53 @@ impl Drop for Proxy {
             }
             Runner::StandIn(stop) => stop.store(true, Ordering::Relaxed),
         }
+    }
+}
+
+/// Starts `msgproxy --listen 127.0.0.1:<port> --backend <backend_url> [--config FILE]
+/// <extra_args>` in `dir` (stderr appended to `dir/stderr.log`) and waits until the port accepts
+/// connections; on failure, says why (the caller adds the log).
+fn spawn(
+    port: u16,
+    backend_url: &str,
+    extra_args: &[String],
+    config: Option<&std::path::Path>,
+    envs: &[(String, String)],
+    dir: &tempfile::TempDir,
+) -> Result<Child, String> {
+    let stderr = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("stderr.log"))
+        .expect("proxy log file");
+    let mut cmd = Command::new(binary());
+    cmd.arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--backend")
+        .arg(backend_url);
+    if let Some(path) = config {
+        cmd.arg("--config").arg(path);
+    }
+    cmd.args(extra_args)
+        .envs(envs.iter().map(|(k, v)| (k, v)))
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    let mut child = process::spawn_owned(cmd, libc::SIGKILL).expect("spawn the msgproxy binary");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(format!("msgproxy exited early ({status})"));
+        }
+        if process::port_accepts(port) {
+            return Ok(child);
+        }
+        if Instant::now() > deadline {
+            process::kill_hard(&mut child);
+            return Err("msgproxy did not accept connections within 15 s".to_string());
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

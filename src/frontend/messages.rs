@@ -131,7 +131,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         {
             StreamEnd::Refused => Ok(()),
             StreamEnd::Closed => Err(SessionEnd::Quit),
-            StreamEnd::BackendLost(e) => {
+            StreamEnd::BackendLost(e, seq) => {
+                // The session's error packet continues the stream's result set.
+                self.relay.next_seq = seq;
                 Err(SessionEnd::Backend(std::io::Error::other(e.to_string())))
             }
         }

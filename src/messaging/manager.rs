@@ -177,7 +177,21 @@ impl Drop for Subscription {
 impl Subscription {
     /// Reports that the last batch is finished (sent or not); the subscriber may get another.
     pub fn batch_done(&self, batch: &[Entry], sent: Vec<Entry>) {
-        self.manager.batch_done(self.id, batch, sent);
+        self.manager.batch_claimed(batch, sent);
+        self.manager.subscriber_ready(self.id);
+    }
+
+    /// Reports which rows of the last batch this stream claimed (the claim is committed), before
+    /// they are written to the client: from now on they wait for their ack or their new
+    /// `time_next` like any sent row, however long the write takes. The subscriber stays busy
+    /// (gets no other batch) until [`Subscription::ready`].
+    pub fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>) {
+        self.manager.batch_claimed(batch, sent);
+    }
+
+    /// The last batch is written to the client: the subscriber may get another.
+    pub fn ready(&self) {
+        self.manager.subscriber_ready(self.id);
     }
 
     pub fn manager(&self) -> &Arc<TableManager> {
@@ -338,7 +352,9 @@ impl TableManager {
         self.kick.notify_one();
     }
 
-    fn batch_done(&self, id: u64, batch: &[Entry], sent: Vec<Entry>) {
+    /// The batch's rows leave `in_flight`: sent ones wait in the schedule for their new
+    /// `time_next`, the others are offered again (see `State::skipped`).
+    fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>) {
         let (now, horizon) = self.now_and_horizon();
         let mut state = self.lock();
         for e in batch {
@@ -389,10 +405,14 @@ impl TableManager {
                 }
             }
         }
-        if let Some(s) = state.subscribers.iter_mut().find(|s| s.id == id) {
+        drop(state);
+        self.kick.notify_one();
+    }
+
+    fn subscriber_ready(&self, id: u64) {
+        if let Some(s) = self.lock().subscribers.iter_mut().find(|s| s.id == id) {
             s.busy = false;
         }
-        drop(state);
         self.kick.notify_one();
     }
 

@@ -17,7 +17,6 @@ use super::backoff;
 use super::cache::Entry;
 use super::manager::{order_by, Subscription};
 use super::state;
-use super::stats::TableStats;
 use super::table::MessageTable;
 use crate::backend::{Backend, BackendError, QueryOutcome};
 use crate::protocol::packet::{encode_packet, PacketReader};
@@ -33,13 +32,13 @@ pub enum StreamEnd {
     Refused,
     /// The client went away, or the stream ended with an error already sent: close the session.
     Closed,
-    /// The backend connection failed.
-    BackendLost(BackendError),
+    /// The backend connection failed. The `u8` is the sequence id the client expects next (the
+    /// session's error packet must continue the stream's result set).
+    BackendLost(BackendError, u8),
 }
 
-/// Why one batch could not be sent.
+/// Why one batch could not be claimed.
 enum BatchError {
-    Client(std::io::Error),
     Backend(BackendError),
     /// The server rejected a claim statement in a way that will not get better (a column is
     /// gone, the table is gone): end the stream with that error.
@@ -72,8 +71,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             let _ = crate::protocol::packet::write_packet(client.get_mut(), 1, &err).await;
             return StreamEnd::Refused;
         }
-        Ok(QueryOutcome::Ok { .. }) => return StreamEnd::BackendLost(BackendError::Protocol),
-        Err(e) => return StreamEnd::BackendLost(e),
+        Ok(QueryOutcome::Ok { .. }) => return StreamEnd::BackendLost(BackendError::Protocol, 1),
+        Err(e) => return StreamEnd::BackendLost(e, 1),
     };
     let mut out = BytesMut::new();
     let mut count = BytesMut::new();
@@ -112,11 +111,27 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 }
                 return StreamEnd::Closed;
             }
+            r = backend.conn.fill(), if backend.conn.buffered().is_empty() => {
+                // The backend spoke unprompted (a "killed" or "shutting down" error) or closed
+                // the connection: nothing can be claimed here any more. Tell the client now,
+                // while it waits, not at its next batch or keepalive.
+                let e = match r {
+                    Ok(0) => std::io::ErrorKind::UnexpectedEof.into(),
+                    Ok(_) => std::io::Error::other(
+                        backend.conn.buffered().get(4..).and_then(ErrorPacket::parse).map_or_else(
+                            || "the backend sent a packet unprompted".to_string(),
+                            |e| format!("the backend said: {e}"),
+                        ),
+                    ),
+                    Err(e) => e,
+                };
+                return StreamEnd::BackendLost(BackendError::Io(e), seq);
+            }
             _ = keepalive.tick() => {
                 // A stream may wait hours for a message; keep its backend connection from
                 // reaching the server's wait_timeout.
                 if let Err(e) = backend.ping().await {
-                    return StreamEnd::BackendLost(e);
+                    return StreamEnd::BackendLost(e, seq);
                 }
             }
             batch = subscription.batches.recv() => {
@@ -132,24 +147,37 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut current = (*subscription.manager().definition()).clone();
                 current.stream_columns = def.stream_columns.clone();
                 let def = current;
-                let stats = subscription.manager().stats();
-                let result = claim_and_send(client, backend, deprecate_eof, &def, &batch, &mut seq, stats).await;
-                let sent = match &result {
-                    Ok(sent) => sent.clone(),
-                    Err(_) => Vec::new(),
+                let (rows, sent, delivered) = match claim_batch(backend, deprecate_eof, &def, &batch, &mut seq).await {
+                    Ok(claimed) => claimed,
+                    Err(e) => {
+                        subscription.batch_done(&batch, Vec::new());
+                        match e {
+                            BatchError::Transient => continue,
+                            BatchError::Backend(e) => return StreamEnd::BackendLost(e, seq),
+                            BatchError::Fatal(err) => {
+                                let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err).await;
+                                return StreamEnd::Closed;
+                            }
+                        }
+                    }
                 };
-                subscription.batch_done(&batch, sent);
-                match result {
-                    Ok(_) | Err(BatchError::Transient) => {}
-                    Err(BatchError::Client(e)) => {
-                        debug!("stream client left: {e}");
-                        return StreamEnd::Closed;
-                    }
-                    Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e),
-                    Err(BatchError::Fatal(err)) => {
-                        let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err).await;
-                        return StreamEnd::Closed;
-                    }
+                // The claim is committed: the rows are this stream's for one ack window, whatever
+                // happens to the write. The manager learns so now, not after the write: a client
+                // that stops reading blocks the write for as long as it stays connected, and its
+                // rows must come back to the other streams when their time_next passes (the
+                // stream itself stays busy, so it is offered nothing more meanwhile).
+                subscription.batch_claimed(&batch, sent);
+                let written = if rows.is_empty() { Ok(()) } else { write_all(client, &rows).await };
+                subscription.ready();
+                if let Err(e) = written {
+                    debug!("stream client left: {e}");
+                    return StreamEnd::Closed;
+                }
+                // Counted once the client has the rows ("sent" means written to a client).
+                let stats = subscription.manager().stats();
+                let now = state::now_ns();
+                for (epoch, due) in delivered {
+                    stats.record_sent(epoch, due, now);
                 }
             }
         }
@@ -165,27 +193,25 @@ async fn write_all<S: AsyncWrite + Unpin>(
     w.flush().await
 }
 
-/// Claims what it can of `batch` and writes the claimed rows to the client. Returns the rows
-/// sent, each with its new `time_next`.
-async fn claim_and_send<S: AsyncRead + AsyncWrite + Unpin>(
-    client: &mut PacketReader<S>,
+/// Claims what it can of `batch`. Returns the claimed rows as packets for the client (sequence
+/// ids from `seq` on) and as entries with their new `time_next`.
+async fn claim_batch(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
     batch: &[Entry],
     seq: &mut u8,
-    stats: &TableStats,
-) -> Result<Vec<Entry>, BatchError> {
+) -> Result<ClaimedBatch, BatchError> {
     let literals: Vec<String> = batch
         .iter()
         .filter_map(|e| def.id_literal(&e.key))
         .collect();
     if literals.is_empty() {
-        return Ok(Vec::new());
+        return Ok((BytesMut::new(), Vec::new(), Vec::new()));
     }
     let claimed = claim(backend, deprecate_eof, def, &literals).await?;
     if claimed.is_empty() {
-        return Ok(Vec::new());
+        return Ok((BytesMut::new(), Vec::new(), Vec::new()));
     }
     let mut out = BytesMut::new();
     let mut sent = Vec::with_capacity(claimed.len());
@@ -204,13 +230,12 @@ async fn claim_and_send<S: AsyncRead + AsyncWrite + Unpin>(
             time_next,
         });
     }
-    write_all(client, &out).await.map_err(BatchError::Client)?;
-    let now = state::now_ns();
-    for (epoch, due) in delivered {
-        stats.record_sent(epoch, due, now);
-    }
-    Ok(sent)
+    Ok((out, sent, delivered))
 }
+
+/// A claimed batch: the rows as packets for the client, as entries with their new `time_next`,
+/// and per row (epoch before the claim, due time as the manager knew it) for the stats.
+type ClaimedBatch = (BytesMut, Vec<Entry>, Vec<(i64, i64)>);
 
 /// A claimed row: its payload trimmed to the stream columns, its key, its new `time_next`, its
 /// `epoch` before the claim.
