@@ -352,3 +352,83 @@ fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+/// `--max-connections` bounds the backend too: however many clients knock at once, the proxy
+/// never holds more client sessions on the server than it was allowed (each client session is
+/// one backend connection; the proxy's own pool and binlog reader use the URL's database, not
+/// the clients' one, so they are told apart by `db`).
+#[tokio::test]
+async fn connection_limit_bounds_backend_sessions() {
+    const LIMIT: usize = 3;
+    const DB: &str = "it_maxconn_backend";
+    let server = MariaDb::shared();
+    server.sql(&format!("CREATE DATABASE IF NOT EXISTS {DB}"));
+    let proxy = Proxy::start(
+        &server.backend_url(),
+        &["--max-connections", &LIMIT.to_string()],
+        None,
+    );
+    let port = proxy.port();
+    // 24 clients at once, each holding its session for a moment with a query that sleeps, and
+    // trying again after a 1040 until it is served: the proxy runs at its limit throughout.
+    let clients: Vec<_> = (0..24)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut refused = 0;
+                let give_up = Instant::now() + Duration::from_secs(15);
+                loop {
+                    match Conn::new(opts(port, "root", None, Some(DB))).await {
+                        Ok(mut c) => {
+                            let _ = c.query_drop("DO SLEEP(0.2)").await;
+                            let _ = c.disconnect().await;
+                            return Ok(refused);
+                        }
+                        Err(e) => match Failure::of(&e) {
+                            Failure::Server { code: 1040, .. } if Instant::now() < give_up => {
+                                refused += 1;
+                                tokio::time::sleep(Duration::from_millis(20)).await;
+                            }
+                            other => return Err(other),
+                        },
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut watcher = Conn::new(opts(server.port(), "root", None, None))
+        .await
+        .expect("connect to the server directly");
+    let mut most = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while clients.iter().any(|c| !c.is_finished()) && Instant::now() < deadline {
+        let n: Option<usize> = watcher
+            .query_first(format!(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE DB = '{DB}'"
+            ))
+            .await
+            .expect("count backend sessions");
+        most = most.max(n.unwrap_or(0));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut refused = 0;
+    for c in clients {
+        match c.await.expect("client task") {
+            Ok(n) => refused += n,
+            Err(other) => panic!("a client got something other than success or 1040: {other:?}"),
+        }
+    }
+    eprintln!("all 24 served after {refused} refusals (1040); at most {most} backend sessions");
+    assert!(
+        most >= 2,
+        "the watcher never saw the proxy near its limit ({most})"
+    );
+    assert!(
+        most <= LIMIT,
+        "{most} client sessions on the server with --max-connections {LIMIT}"
+    );
+    assert!(
+        refused > 0,
+        "24 clients at once over a limit of {LIMIT}: none refused"
+    );
+    proxy.assert_alive();
+}
