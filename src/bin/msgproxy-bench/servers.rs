@@ -49,6 +49,7 @@ impl WorkDir {
     }
 
     /// Keeps the work dir after all (e.g. for a failed run's logs).
+    #[allow(dead_code)] // msgproxy-check's; the bench decides up front (--keep-workdir)
     pub fn keep_on_drop(&mut self) {
         self.keep = true;
     }
