@@ -355,6 +355,25 @@ pub fn proxy_binary(given: Option<&Path>) -> Result<PathBuf, String> {
         cmd.args(["build", "--quiet", "--bin", "msgproxy"])
             .arg("--manifest-path")
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
+        // Not the variables `cargo run` set for this binary: build scripts that watch them (ring's
+        // watches CARGO_MANIFEST_DIR) would see a change, and this build and the next plain one
+        // would each rebuild ring, rustls and msgproxy (10-20 s every run).
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO_PKG_")
+                || key.starts_with("CARGO_BIN_")
+                || matches!(
+                    &*key,
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_RUSTC_CURRENT_DIR"
+                )
+            {
+                cmd.env_remove(&*key);
+            }
+        }
         if !cfg!(debug_assertions) {
             cmd.arg("--release");
         }
