@@ -277,13 +277,20 @@ fn run(opts: &Opts) -> Result<bool, String> {
         opts.consumers.max(1)
     );
     println!(
-        "  faults injected: {} ({})",
+        "  faults injected: {}{}",
         faults.len(),
-        by_kind
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        if faults.is_empty() {
+            " (the run is too short for any)".to_string()
+        } else {
+            format!(
+                " ({})",
+                by_kind
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        }
     );
     println!(
         "  inserted: {} ids tried, {} committed (OK seen), {} rolled back, {} outcome unknown; {} rows in the database ({} acked); {} statements failed",

@@ -1,7 +1,8 @@
 //! The verdict, from the clients' logs and the database's final state alone.
 //!
 //! The checks, each a promise of docs/MESSAGING.md (section numbers there):
-//! - `lost`: an id whose INSERT (or COMMIT) got its OK is missing from the database (4).
+//! - `lost`: an id whose INSERT (or COMMIT) got its OK, or that was delivered, is missing from the
+//!   database (4).
 //! - `never delivered`: a row of the database (committed, whether or not its producer saw the OK)
 //!   never reached a consumer (3, 5).
 //! - `phantom`: a delivered or stored id no producer ever inserted, or one inserted in a
@@ -155,6 +156,16 @@ pub fn verify(events: &[Event], db: &HashMap<i64, Row>, limits: &Limits) -> Repo
         let ds = &deliveries[&id];
         if !tried.contains(&id) {
             r.violate("phantom", format!("id {id}: delivered, never inserted"));
+        } else if !db.contains_key(&id) && !committed.contains(&id) && !rolled_back.contains(&id) {
+            // Its producer saw no OK, but a delivered row was committed (rows become visible to
+            // streams only when their transaction commits), so it must still be there.
+            r.violate(
+                "lost",
+                format!(
+                    "id {id}: delivered at {}, but not in the database",
+                    secs(ds[0].0)
+                ),
+            );
         }
         if rolled_back.contains(&id) {
             r.violate(
@@ -295,6 +306,9 @@ mod tests {
         let base = [ev(0, Kind::Try, 1, "p"), ev(5, Kind::Committed, 1, "p")];
         // lost, and so never delivered either
         assert_eq!(checks(&base, &[]), vec!["lost"]);
+        // an insert whose outcome its producer did not learn, delivered, then gone
+        let unknown = [ev(0, Kind::Try, 2, "p"), ev(9, Kind::Delivered, 2, "c")];
+        assert_eq!(checks(&unknown, &[]), vec!["lost"]);
         // in the database, never delivered
         assert_eq!(
             checks(&base, &[(1, row(0, false))]),
