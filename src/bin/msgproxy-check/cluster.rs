@@ -6,6 +6,7 @@
 //! exits (`PR_SET_PDEATHSIG` in `servers::spawn_owned`), and the main thread lives as long as the
 //! run.
 
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -55,10 +56,29 @@ impl Cluster {
         let (server, direct) = match backend {
             Some(url) => (None, Target::parse(url)?),
             None => {
-                let db = servers::MariaDb::start(work, &settings)?;
-                let target = db.target.clone();
+                servers::install_mariadb(work, &settings)?;
+                let mut last_err = String::new();
+                let mut started = None;
+                for _ in 0..3 {
+                    let port = stable_port()?;
+                    match servers::launch_mariadb(work, &settings, port, "mariadbd-1.log") {
+                        Ok(p) => {
+                            started = Some((p, port));
+                            break;
+                        }
+                        Err(e) => last_err = e,
+                    }
+                }
+                let (process, port) = started.ok_or(last_err)?;
+                let target = Target {
+                    host: "127.0.0.1".into(),
+                    port,
+                    user: "root".into(),
+                    password: String::new(),
+                    db: db.to_string(),
+                };
                 let server = Server {
-                    process: Some(db.process),
+                    process: Some(process),
                     starts: 1,
                 };
                 (Some(server), target)
@@ -89,7 +109,7 @@ impl Cluster {
 
     pub fn start_proxies(&mut self, count: usize) -> Result<(), String> {
         for i in 0..count {
-            let port = servers::free_port()?;
+            let port = stable_port()?;
             self.proxies.push(ProxyProc {
                 port,
                 process: None,
@@ -237,6 +257,29 @@ impl Cluster {
             }
         }
     }
+}
+
+/// A free port below the kernel's ephemeral range. A process restarts on its old port, and a
+/// port from the ephemeral range could meanwhile have become the local end of some outgoing
+/// connection (one of ours, or anyone's), which would keep the restart from binding it.
+fn stable_port() -> Result<u16, String> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| {
+            r.split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u16>().ok())
+        })
+        .unwrap_or(32768);
+    let (from, to) = (low.saturating_sub(12000).max(1024), low.max(1025));
+    for _ in 0..100 {
+        let port = rand::random_range(from..to);
+        if TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    // An unusual port range: fall back to whatever the kernel hands out.
+    servers::free_port()
 }
 
 pub fn proxy_name(i: usize) -> char {
