@@ -59,7 +59,7 @@ const WARM_UP: Duration = Duration::from_secs(2);
 )]
 struct Opts {
     /// How long the workload runs under faults: `90`, `60s`, `30m`, `2h`. Start-up and the drain
-    /// at the end come on top (about 15 s).
+    /// at the end come on top (some 10 s).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     duration: Duration,
     /// Seed of the fault schedule and the clients' choices (printed at the start of every run).
