@@ -37,6 +37,11 @@ step tests cargo test --workspace "$@"
 # Every benchmark scenario for a moment with tiny sizes (debug build, already built by the tests step): fails only
 # when a scenario cannot run, never on the figures. The real run is `cargo run --release --bin msgproxy-bench`.
 step bench-smoke cargo run --quiet --bin msgproxy-bench -- --smoke
+# A minute of messaging under injected faults (proxy and server kills and restarts, dropped connections),
+# then the checks: every committed message delivered, never twice within one ack window, every ack kept.
+# About 75 s; a failure prints the violations and keeps the logs. Longer runs: README, "Checking msgproxy
+# under faults".
+step chaos-check cargo run --quiet --bin msgproxy-check -- --duration 60s
 step format cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 
@@ -45,4 +50,4 @@ if [ "${#failed[@]}" -gt 0 ]; then
     msgproxy_info "scripts/test.sh: FAILED: ${failed[*]}"
     exit 1
 fi
-msgproxy_info "scripts/test.sh: all passed (tests, bench-smoke, format, clippy)"
+msgproxy_info "scripts/test.sh: all passed (tests, bench-smoke, chaos-check, format, clippy)"

@@ -256,6 +256,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
         },
         flush_log_at_trx_commit: opts.flush_log_at_trx_commit,
         sync_binlog: opts.sync_binlog,
+        log_file_size: "512M".into(),
     };
     let (server, direct) = match &opts.backend {
         Some(url) => (None, Target::parse(url)?),

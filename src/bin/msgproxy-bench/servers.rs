@@ -21,13 +21,19 @@ pub struct WorkDir {
 
 impl WorkDir {
     pub fn create(keep: bool) -> Result<WorkDir, String> {
+        WorkDir::create_named("msgproxy-bench", keep)
+    }
+
+    /// `$TMPDIR/<prefix>-<pid>` (msgproxy-check shares this module under its own prefix).
+    pub fn create_named(prefix: &str, keep: bool) -> Result<WorkDir, String> {
         let base = std::env::temp_dir();
+        let prefix = format!("{prefix}-");
         // Work dirs of runs that were killed: their pid is gone.
         if let Ok(entries) = fs::read_dir(&base) {
             for e in entries.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 if let Some(pid) = name
-                    .strip_prefix("msgproxy-bench-")
+                    .strip_prefix(prefix.as_str())
                     .and_then(|p| p.parse::<u32>().ok())
                 {
                     if !Path::new(&format!("/proc/{pid}")).exists() {
@@ -36,10 +42,16 @@ impl WorkDir {
                 }
             }
         }
-        let path = base.join(format!("msgproxy-bench-{}", std::process::id()));
+        let path = base.join(format!("{prefix}{}", std::process::id()));
         let _ = fs::remove_dir_all(&path);
         fs::create_dir_all(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
         Ok(WorkDir { path, keep })
+    }
+
+    /// Keeps the work dir after all (e.g. for a failed run's logs).
+    #[allow(dead_code)] // msgproxy-check's; the bench decides up front (--keep-workdir)
+    pub fn keep_on_drop(&mut self) {
+        self.keep = true;
     }
 }
 
@@ -112,7 +124,7 @@ const SIGKILL: u64 = 9;
 
 /// Spawns `cmd` (stdout and stderr to `log`) so that it gets SIGKILL when the spawning thread
 /// exits; the bench spawns only from its main thread, which lives as long as the bench.
-fn spawn_owned(mut cmd: Command, log: PathBuf) -> Result<Owned, String> {
+pub fn spawn_owned(mut cmd: Command, log: PathBuf) -> Result<Owned, String> {
     use std::os::unix::process::CommandExt;
     let out = fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
     let err = out
@@ -153,7 +165,7 @@ fn mysql_greets(port: u16) -> bool {
     s.read_exact(&mut head).is_ok() && head[4] == 10
 }
 
-fn wait_for_greeting(
+pub fn wait_for_greeting(
     owned: &mut Owned,
     port: u16,
     what: &str,
@@ -181,7 +193,7 @@ fn wait_for_greeting(
 }
 
 /// Finds a program in PATH or the usual sbin/bin directories.
-fn find_program(names: &[&str]) -> Option<PathBuf> {
+pub fn find_program(names: &[&str]) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
@@ -200,6 +212,8 @@ pub struct ServerSettings {
     pub buffer_pool: String,
     pub flush_log_at_trx_commit: u8,
     pub sync_binlog: u32,
+    /// innodb_log_file_size.
+    pub log_file_size: String,
 }
 
 /// A throwaway MariaDB: its own data dir, port and row-based binlog.
@@ -210,75 +224,12 @@ pub struct MariaDb {
 
 impl MariaDb {
     pub fn start(work: &Path, settings: &ServerSettings) -> Result<MariaDb, String> {
-        let mariadbd = find_program(&["mariadbd", "mysqld"])
-            .ok_or("mariadbd not found: install mariadb-server (apt-get install mariadb-server) or pass --backend")?;
-        let install = find_program(&["mariadb-install-db", "mysql_install_db"])
-            .ok_or("mariadb-install-db not found: install mariadb-server")?;
-        let datadir = work.join("data");
-        let innodb = [
-            format!("--innodb-buffer-pool-size={}", settings.buffer_pool),
-            "--innodb-log-file-size=512M".to_string(),
-        ];
-        let mut cmd = Command::new(&install);
-        cmd.arg("--no-defaults")
-            .arg(format!("--datadir={}", datadir.display()))
-            .arg("--auth-root-authentication-method=normal")
-            .arg("--skip-test-db")
-            .args(&innodb);
-        if is_root() {
-            cmd.arg("--user=root");
-        }
-        let mut installer = spawn_owned(cmd, work.join("install.log"))?;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while installer.alive() {
-            if Instant::now() > deadline {
-                return Err("mariadb-install-db took more than 120 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if !datadir.join("mysql").is_dir() {
-            return Err(format!(
-                "mariadb-install-db failed:\n{}",
-                installer.log_tail()
-            ));
-        }
+        install_mariadb(work, settings)?;
         let mut last_err = String::new();
         for _ in 0..3 {
             let port = free_port()?;
-            let mut cmd = Command::new(&mariadbd);
-            cmd.arg("--no-defaults")
-                .arg(format!("--datadir={}", datadir.display()))
-                .arg(format!("--port={port}"))
-                .arg(format!("--socket={}", work.join("mariadbd.sock").display()))
-                .arg(format!(
-                    "--pid-file={}",
-                    work.join("mariadbd.pid").display()
-                ))
-                .arg(format!("--tmpdir={}", work.display()))
-                .args([
-                    "--bind-address=127.0.0.1",
-                    "--log-bin=mysql-bin",
-                    "--binlog-format=ROW",
-                    "--binlog-row-image=FULL",
-                    // Column names in the binlog's table maps: msgproxy's binlog watcher needs them.
-                    "--binlog-row-metadata=FULL",
-                    "--server-id=1",
-                    "--max-connections=1000",
-                    "--max-allowed-packet=64M",
-                    "--skip-name-resolve",
-                ])
-                .arg(format!(
-                    "--innodb-flush-log-at-trx-commit={}",
-                    settings.flush_log_at_trx_commit
-                ))
-                .arg(format!("--sync-binlog={}", settings.sync_binlog))
-                .args(&innodb);
-            if is_root() {
-                cmd.arg("--user=root");
-            }
-            let mut process = spawn_owned(cmd, work.join("mariadbd.log"))?;
-            match wait_for_greeting(&mut process, port, "mariadbd", Duration::from_secs(60)) {
-                Ok(()) => {
+            match launch_mariadb(work, settings, port, "mariadbd.log") {
+                Ok(process) => {
                     return Ok(MariaDb {
                         process,
                         target: Target {
@@ -297,7 +248,91 @@ impl MariaDb {
     }
 }
 
-fn is_root() -> bool {
+fn innodb_args(settings: &ServerSettings) -> [String; 2] {
+    [
+        format!("--innodb-buffer-pool-size={}", settings.buffer_pool),
+        format!("--innodb-log-file-size={}", settings.log_file_size),
+    ]
+}
+
+/// Creates the throwaway server's data dir (`<work>/data`).
+pub fn install_mariadb(work: &Path, settings: &ServerSettings) -> Result<(), String> {
+    let install = find_program(&["mariadb-install-db", "mysql_install_db"])
+        .ok_or("mariadb-install-db not found: install mariadb-server")?;
+    let datadir = work.join("data");
+    let mut cmd = Command::new(&install);
+    cmd.arg("--no-defaults")
+        .arg(format!("--datadir={}", datadir.display()))
+        .arg("--auth-root-authentication-method=normal")
+        .arg("--skip-test-db")
+        .args(innodb_args(settings));
+    if is_root() {
+        cmd.arg("--user=root");
+    }
+    let mut installer = spawn_owned(cmd, work.join("install.log"))?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while installer.alive() {
+        if Instant::now() > deadline {
+            return Err("mariadb-install-db took more than 120 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !datadir.join("mysql").is_dir() {
+        return Err(format!(
+            "mariadb-install-db failed:\n{}",
+            installer.log_tail()
+        ));
+    }
+    Ok(())
+}
+
+/// Starts mariadbd on the installed data dir and `port` (logging to `<work>/<log>`) and waits
+/// until it accepts connections. Also how msgproxy-check restarts the server on the same port.
+pub fn launch_mariadb(
+    work: &Path,
+    settings: &ServerSettings,
+    port: u16,
+    log: &str,
+) -> Result<Owned, String> {
+    let mariadbd = find_program(&["mariadbd", "mysqld"])
+        .ok_or("mariadbd not found: install mariadb-server (apt-get install mariadb-server) or pass --backend")?;
+    let mut cmd = Command::new(&mariadbd);
+    cmd.arg("--no-defaults")
+        .arg(format!("--datadir={}", work.join("data").display()))
+        .arg(format!("--port={port}"))
+        .arg(format!("--socket={}", work.join("mariadbd.sock").display()))
+        .arg(format!(
+            "--pid-file={}",
+            work.join("mariadbd.pid").display()
+        ))
+        .arg(format!("--tmpdir={}", work.display()))
+        .args([
+            "--bind-address=127.0.0.1",
+            "--log-bin=mysql-bin",
+            "--binlog-format=ROW",
+            "--binlog-row-image=FULL",
+            // Column names in the binlog's table maps: msgproxy's binlog watcher needs them.
+            "--binlog-row-metadata=FULL",
+            "--server-id=1",
+            "--max-connections=1000",
+            "--max-allowed-packet=64M",
+            "--skip-name-resolve",
+        ])
+        .arg(format!(
+            "--innodb-flush-log-at-trx-commit={}",
+            settings.flush_log_at_trx_commit
+        ))
+        .arg(format!("--sync-binlog={}", settings.sync_binlog))
+        .args(innodb_args(settings));
+    if is_root() {
+        cmd.arg("--user=root");
+    }
+    let mut process = spawn_owned(cmd, work.join(log))?;
+    wait_for_greeting(&mut process, port, "mariadbd", Duration::from_secs(60))?;
+    Ok(process)
+}
+
+pub fn is_root() -> bool {
     std::env::var("USER").is_ok_and(|u| u == "root")
         || fs::read_to_string("/proc/self/status").is_ok_and(|s| {
             s.lines()
@@ -320,6 +355,25 @@ pub fn proxy_binary(given: Option<&Path>) -> Result<PathBuf, String> {
         cmd.args(["build", "--quiet", "--bin", "msgproxy"])
             .arg("--manifest-path")
             .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
+        // Not the variables `cargo run` set for this binary: build scripts that watch them (ring's
+        // watches CARGO_MANIFEST_DIR) would see a change, and this build and the next plain one
+        // would each rebuild ring, rustls and msgproxy (10-20 s every run).
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if key.starts_with("CARGO_PKG_")
+                || key.starts_with("CARGO_BIN_")
+                || matches!(
+                    &*key,
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_RUSTC_CURRENT_DIR"
+                )
+            {
+                cmd.env_remove(&*key);
+            }
+        }
         if !cfg!(debug_assertions) {
             cmd.arg("--release");
         }
