@@ -257,6 +257,23 @@ impl Engine {
                  ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION",
             )
             .await?;
+        // Indexes that start with time_next, for the poller (see `poll`).
+        let index_rows: Vec<(String, String, String, u32, String)> = conn
+            .query(
+                "SELECT s.TABLE_SCHEMA, s.TABLE_NAME, s.INDEX_NAME, s.SEQ_IN_INDEX, s.COLUMN_NAME \
+                 FROM information_schema.STATISTICS s JOIN information_schema.TABLES t \
+                   ON t.TABLE_SCHEMA = s.TABLE_SCHEMA AND t.TABLE_NAME = s.TABLE_NAME \
+                 WHERE t.TABLE_COMMENT LIKE 'vitess\\_message%' AND t.TABLE_TYPE = 'BASE TABLE' \
+                   AND s.SEQ_IN_INDEX <= 2",
+            )
+            .await?;
+        let mut indexes: HashMap<TableKey, Vec<(String, u32, String)>> = HashMap::new();
+        for (schema, name, index, position, column) in index_rows {
+            indexes
+                .entry((schema, name))
+                .or_default()
+                .push((index, position, column));
+        }
         let mut columns: HashMap<TableKey, Vec<ColumnInfo>> = HashMap::new();
         for mut row in rows {
             let schema: String = row.take(0).unwrap_or_default();
@@ -281,7 +298,19 @@ impl Engine {
                             .get(&(schema.clone(), name.clone()))
                             .map(Vec::as_slice)
                             .unwrap_or(&[]);
-                        table::validate(&schema, &name, opts, cols).map_err(|e| e.to_string())
+                        table::validate(&schema, &name, opts, cols)
+                            .map(|mut def| {
+                                def.next_index = indexes
+                                    .get(&(schema.clone(), name.clone()))
+                                    .and_then(|list| {
+                                        table::NextIndex::choose(
+                                            list.iter()
+                                                .map(|(i, p, c)| (i.as_str(), *p, c.as_str())),
+                                        )
+                                    });
+                                def
+                            })
+                            .map_err(|e| e.to_string())
                     }
                     Ok(None) => return None,
                     Err(e) => Err(format!("message table `{schema}`.`{name}`: {e}")),

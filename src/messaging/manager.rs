@@ -53,6 +53,8 @@ pub struct TableManager {
     pool: Pool,
     stop: CancellationToken,
     next_subscriber_id: AtomicU64,
+    /// Polls so far, to make every `poll::THOROUGH_EVERY`th one thorough.
+    polls: AtomicU64,
     /// What the table has done (sent, acked, ...), for metrics and `SHOW MESSAGE TABLES`.
     stats: super::stats::TableStats,
 }
@@ -227,6 +229,7 @@ impl TableManager {
             pool,
             stop,
             next_subscriber_id: AtomicU64::new(1),
+            polls: AtomicU64::new(0),
             stats: super::stats::TableStats::default(),
         });
         let runner = manager.clone();
@@ -558,7 +561,11 @@ impl TableManager {
         let started = std::time::Instant::now();
         self.lock().changed_during_poll = Some(Vec::new());
         let polled = match self.pool.get_conn().await {
-            Ok(mut conn) => super::poll::due_and_soon(&mut conn, &def, now, horizon).await,
+            Ok(mut conn) => {
+                let thorough =
+                    self.polls.fetch_add(1, Ordering::Relaxed) % super::poll::THOROUGH_EVERY == 0;
+                super::poll::due_and_soon(&mut conn, &def, now, horizon, thorough).await
+            }
             Err(e) => Err(e),
         };
         let (rows, soon) = match polled {

@@ -61,6 +61,46 @@ pub struct MessageTable {
     /// Whether the table has a `priority` column (without one, every row has priority 0).
     pub has_priority: bool,
     pub id_kind: IdKind,
+    /// An index whose first column is `time_next` (the RFC's `next_idx(time_next, epoch)`), if
+    /// the table has one: the poller names it (see `poll`). Set by the engine after `validate`.
+    pub next_index: Option<NextIndex>,
+}
+
+/// An index that starts with `time_next`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NextIndex {
+    pub name: String,
+    /// Its second column is `epoch`, so "never sent" (`epoch` NULL or 0) narrows a range on it.
+    pub then_epoch: bool,
+}
+
+impl NextIndex {
+    /// Picks the index to use from `(index name, position from 1, column)` triples of one
+    /// table, as `information_schema.STATISTICS` lists them. Prefers `(time_next, epoch)`.
+    pub fn choose<'a>(columns: impl IntoIterator<Item = (&'a str, u32, &'a str)>) -> Option<Self> {
+        let mut by_index: std::collections::BTreeMap<&str, Vec<(u32, &str)>> = Default::default();
+        for (index, position, column) in columns {
+            by_index.entry(index).or_default().push((position, column));
+        }
+        let mut found: Option<NextIndex> = None;
+        for (name, mut cols) in by_index {
+            cols.sort();
+            let first = cols.first().map(|c| c.1);
+            if !first.is_some_and(|c| c.eq_ignore_ascii_case("time_next")) {
+                continue;
+            }
+            let then_epoch = cols
+                .get(1)
+                .is_some_and(|c| c.0 == 2 && c.1.eq_ignore_ascii_case("epoch"));
+            if found.as_ref().is_none_or(|f| then_epoch && !f.then_epoch) {
+                found = Some(NextIndex {
+                    name: name.to_string(),
+                    then_epoch,
+                });
+            }
+        }
+        found
+    }
 }
 
 /// Why a table is not a usable message table. Displays as "message table `s`.`t`: what is wrong".
@@ -217,6 +257,7 @@ pub fn validate(
         stream_columns,
         has_priority: priority.is_some(),
         id_kind,
+        next_index: None,
     })
 }
 
@@ -347,6 +388,32 @@ fn is_hex(key: &[u8]) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_poller_prefers_an_index_on_time_next_then_epoch() {
+        use super::NextIndex;
+        let chosen = NextIndex::choose([
+            ("PRIMARY", 1, "id"),
+            ("ack_idx", 1, "time_acked"),
+            ("by_next", 1, "time_next"),
+            ("next_idx", 1, "TIME_NEXT"),
+            ("next_idx", 2, "epoch"),
+        ]);
+        assert_eq!(
+            chosen,
+            Some(NextIndex {
+                name: "next_idx".into(),
+                then_epoch: true
+            })
+        );
+        let only_time_next = NextIndex::choose([("n", 1, "time_next"), ("n", 2, "id")]);
+        assert_eq!(only_time_next.map(|i| i.then_epoch), Some(false));
+        // time_next second is no use for a range on time_next.
+        assert_eq!(
+            NextIndex::choose([("x", 1, "epoch"), ("x", 2, "time_next")]),
+            None
+        );
+    }
+
     use std::time::Duration;
 
     use super::*;

@@ -840,15 +840,23 @@ async fn time_poller_query(ctx: &Ctx, c: &mut Conn, table: &str) -> Result<f64, 
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0);
-    let sql = format!(
-        "SELECT `id`, 0, COALESCE(`time_next`, 0) FROM `{db}`.`{table}` WHERE (`time_acked` IS NULL OR `time_acked` = 0) AND (`time_next` IS NULL OR `time_next` <= {now}) ORDER BY `time_next` LIMIT {limit}",
+    // msgproxy's two due queries for a table without priority (src/messaging/poll.rs): rows never
+    // scheduled, then the `time_next <= now` range on next_idx.
+    let never_scheduled = format!(
+        "SELECT `id`, 0, 0 FROM `{db}`.`{table}` FORCE INDEX (`next_idx`) WHERE `time_next` IS NULL AND (`epoch` IS NULL OR `epoch` = 0) AND (`time_acked` IS NULL OR `time_acked` = 0) LIMIT {limit}",
+        db = ctx.direct.db,
+        limit = ctx.opts.cache_size,
+    );
+    let scheduled = format!(
+        "SELECT `id`, 0, `time_next` FROM `{db}`.`{table}` FORCE INDEX (`next_idx`) WHERE `time_next` <= {now} AND (`time_acked` IS NULL OR `time_acked` = 0) ORDER BY `time_next` LIMIT {limit}",
         db = ctx.direct.db,
         limit = ctx.opts.cache_size,
     );
     let mut times = Vec::new();
     for _ in 0..5 {
         let t0 = Instant::now();
-        exec(c, &sql).await?;
+        exec(c, &never_scheduled).await?;
+        exec(c, &scheduled).await?;
         times.push(t0.elapsed().as_secs_f64() * 1000.0);
     }
     Ok(Summary::of(&times).map_or(0.0, |s| s.median))
