@@ -562,8 +562,10 @@ impl TableManager {
         self.lock().changed_during_poll = Some(Vec::new());
         let polled = match self.pool.get_conn().await {
             Ok(mut conn) => {
-                let thorough =
-                    self.polls.fetch_add(1, Ordering::Relaxed) % super::poll::THOROUGH_EVERY == 0;
+                let thorough = self
+                    .polls
+                    .fetch_add(1, Ordering::Relaxed)
+                    .is_multiple_of(super::poll::THOROUGH_EVERY);
                 super::poll::due_and_soon(&mut conn, &def, now, horizon, thorough).await
             }
             Err(e) => Err(e),

@@ -5,6 +5,7 @@
 //! - rows never scheduled (`time_next` NULL, due at once), and
 //! - rows with `time_next <= now`, read in order by a range on an index starting with
 //!   `time_next` (the RFC's `next_idx(time_next, epoch)`), stopping at the LIMIT.
+//!
 //! One query over `time_next IS NULL OR time_next <= now` does not work: acking sets `time_next`
 //! to NULL (MESSAGING.md §6), so the NULL end of that index holds every acked row not yet purged,
 //! and the server either walks all of them (a primary-key lookup each, to see `time_acked`) or
@@ -12,6 +13,7 @@
 //! 100,000 rows, half acked: 40–100 ms and a filesort, against 10 ms for the range alone; the
 //! optimizer picks the `time_acked` index even for the range alone, so the poller names the
 //! `time_next` index (`FORCE INDEX`) when the table has one.
+//!
 //! The never-scheduled rows are found through `(time_next, epoch)` as "`time_next` NULL and
 //! `epoch` NULL or 0" (never sent: acked rows were almost always sent), a tight range; every
 //! [`THOROUGH_EVERY`]th poll also looks for NULL `time_next` rows that were sent before (a client
