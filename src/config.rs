@@ -47,7 +47,7 @@ pub struct Cli {
     #[arg(long, env = "MSGPROXY_REQUIRE_TLS")]
     pub require_tls: bool,
 
-    /// Worker threads [default: half the CPUs, at least 1]
+    /// Worker threads [default: one per CPU]
     #[arg(long, env = "MSGPROXY_THREADS", value_name = "N")]
     pub threads: Option<usize>,
     /// Serve Prometheus metrics over HTTP at http://ADDR/metrics (no authentication: bind it
@@ -243,13 +243,14 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// Half the CPUs, at least one. A relayed statement costs the proxy little of its own (most of
-/// its time is the kernel's socket work), and every extra worker adds cross-thread wake-ups to
-/// each request: on a 2-CPU machine shared with the server, one worker added a third of the
-/// latency that two did, for the same throughput at 32 connections (docs/BENCHMARKS.md).
+/// One per CPU. On the 2-CPU bench machine, idle, two workers matched one worker's added
+/// latency at one connection and relayed 10 % more at 32; while other work kept the CPUs busy,
+/// one worker added less latency (fewer cross-thread wake-ups per request). So the default is
+/// the throughput one, and `--threads` is there for latency-sensitive deployments on busy
+/// machines (docs/BENCHMARKS.md).
 fn default_threads() -> usize {
     std::thread::available_parallelism()
-        .map(|n| n.get() / 2)
+        .map(|n| n.get())
         .unwrap_or(1)
         .max(1)
 }
