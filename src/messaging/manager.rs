@@ -461,7 +461,9 @@ impl TableManager {
                 }
                 _ = self.stop.cancelled() => return,
             }
-            if self.distribute() {
+            // Not while a poll runs: its end kicks the loop, which asks again if the cache is
+            // still low. (Asking now would wake this loop at once, over and over, until then.)
+            if self.distribute() && !self.polling.load(Ordering::Acquire) {
                 self.request_poll();
             }
         }
