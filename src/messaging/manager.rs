@@ -150,6 +150,13 @@ impl State {
     }
 }
 
+/// The manager's background jobs, each run at most once at a time.
+#[derive(Clone, Copy)]
+enum Job {
+    Poll,
+    Purge,
+}
+
 struct Subscriber {
     id: u64,
     tx: mpsc::Sender<Batch>,
@@ -469,30 +476,36 @@ impl TableManager {
         }
     }
 
-    /// Starts a poll in its own task unless one is running; its end wakes the loop to hand out
-    /// what it found.
     fn start_poll(self: &Arc<Self>) {
-        if self.polling.swap(true, Ordering::AcqRel) {
+        self.start_job(Job::Poll);
+    }
+
+    fn start_purge(self: &Arc<Self>) {
+        self.start_job(Job::Purge);
+    }
+
+    /// Starts `job` in its own task unless it is already running; its end wakes the loop (to
+    /// hand out what a poll found).
+    fn start_job(self: &Arc<Self>, job: Job) {
+        if self.running(job).swap(true, Ordering::AcqRel) {
             return;
         }
         let manager = self.clone();
         tokio::spawn(async move {
-            manager.poll().await;
-            manager.polling.store(false, Ordering::Release);
+            match job {
+                Job::Poll => manager.poll().await,
+                Job::Purge => manager.purge().await,
+            }
+            manager.running(job).store(false, Ordering::Release);
             manager.kick.notify_one();
         });
     }
 
-    /// Starts a purge in its own task unless one is running.
-    fn start_purge(self: &Arc<Self>) {
-        if self.purging.swap(true, Ordering::AcqRel) {
-            return;
+    fn running(&self, job: Job) -> &AtomicBool {
+        match job {
+            Job::Poll => &self.polling,
+            Job::Purge => &self.purging,
         }
-        let manager = self.clone();
-        tokio::spawn(async move {
-            manager.purge().await;
-            manager.purging.store(false, Ordering::Release);
-        });
     }
 
     /// When the earliest scheduled entry becomes due, as an `Instant`.

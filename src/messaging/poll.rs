@@ -69,16 +69,16 @@ pub async fn due_and_soon(
 }
 
 /// The poller's statements for a table without `priority`.
-pub struct UnprioritizedQueries {
+struct UnprioritizedQueries {
     /// Due rows with a NULL `time_next` (they sort first, as 0).
-    pub never_scheduled: String,
+    never_scheduled: String,
     /// Due rows with `time_next <= now`, in order.
-    pub scheduled: String,
+    scheduled: String,
     /// Rows due after now and by the horizon.
-    pub soon: String,
+    soon: String,
 }
 
-pub fn unprioritized_queries(
+fn unprioritized_queries(
     def: &MessageTable,
     now: i64,
     horizon: i64,
