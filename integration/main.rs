@@ -38,6 +38,7 @@
 mod support;
 
 mod auth;
+mod backend_socket;
 mod binlog;
 mod bulk;
 mod cli;

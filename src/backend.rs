@@ -2,10 +2,14 @@
 //! with the proxy's backend credentials but the client's own capabilities, character set,
 //! database and connection attributes — so the session the client gets is the one it asked for.
 
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use bytes::{BufMut, BytesMut};
 use mysql_common::constants::CapabilityFlags;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
 
 use crate::config::BackendTarget;
 use crate::protocol::auth::{self, Plugin};
@@ -15,8 +19,84 @@ use crate::protocol::wire::{self, ErrorPacket, Reader};
 
 /// A connected backend whose greeting has been read.
 pub struct Backend {
-    pub conn: PacketReader<TcpStream>,
+    pub conn: PacketReader<BackendStream>,
     pub greeting: BackendGreeting,
+}
+
+/// The transport to the backend: TCP, or the server's Unix socket when the proxy runs on the
+/// server's host (`?socket=` in the backend URL).
+pub enum BackendStream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl BackendStream {
+    async fn connect(target: &BackendTarget) -> io::Result<BackendStream> {
+        match &target.socket {
+            Some(path) => Ok(BackendStream::Unix(UnixStream::connect(path).await?)),
+            None => {
+                let tcp = TcpStream::connect(target.address()).await?;
+                // Requests and answers are small and each waits for the other: never delay one.
+                tcp.set_nodelay(true)?;
+                Ok(BackendStream::Tcp(tcp))
+            }
+        }
+    }
+}
+
+impl AsyncRead for BackendStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            BackendStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            BackendStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for BackendStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            BackendStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            BackendStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            BackendStream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            BackendStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            BackendStream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            BackendStream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            BackendStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            BackendStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
 }
 
 /// What the backend answered to a login or COM_CHANGE_USER.
@@ -69,7 +149,7 @@ pub fn unsupported_capabilities() -> CapabilityFlags {
 }
 
 impl Backend {
-    /// Opens a TCP connection and reads the greeting. An ERR instead of a greeting (too many
+    /// Opens a connection (TCP or the server's socket) and reads the greeting. An ERR instead of a greeting (too many
     /// connections, host blocked) becomes [`BackendError::Refused`].
     pub async fn connect(
         target: &BackendTarget,
@@ -78,13 +158,12 @@ impl Backend {
         let address = target.address();
         let attempt = async {
             let stream =
-                TcpStream::connect(&address)
+                BackendStream::connect(target)
                     .await
                     .map_err(|source| BackendError::Connect {
                         address: address.clone(),
                         source,
                     })?;
-            stream.set_nodelay(true)?;
             let mut conn = PacketReader::new(stream);
             let packet = conn.next_logical_packet(1 << 20).await?;
             if packet.payload.first() == Some(&wire::ERR_HEADER) {

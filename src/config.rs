@@ -112,6 +112,10 @@ pub struct BackendTarget {
     pub user: String,
     pub password: String,
     pub database: Option<String>,
+    /// The server's Unix socket (`?socket=/path` in the URL). When set, the proxy connects
+    /// through it instead of TCP: on the server's own host it costs the kernel far less per
+    /// round trip than loopback TCP. `host` and `port` are then only names for the logs.
+    pub socket: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for BackendTarget {
@@ -125,8 +129,13 @@ impl BackendTarget {
     /// The URL with the password masked, for logs and errors.
     pub fn redacted(&self) -> String {
         let pw = if self.password.is_empty() { "" } else { ":***" };
+        let socket = self
+            .socket
+            .as_ref()
+            .map(|s| format!("?socket={}", s.display()))
+            .unwrap_or_default();
         format!(
-            "mysql://{}{}@{}:{}/{}",
+            "mysql://{}{}@{}:{}/{}{socket}",
             self.user,
             pw,
             self.host,
@@ -135,8 +144,11 @@ impl BackendTarget {
         )
     }
 
+    /// Where the proxy connects, for errors and logs: the socket's path, or host:port.
     pub fn address(&self) -> String {
-        if self.host.contains(':') {
+        if let Some(socket) = &self.socket {
+            socket.display().to_string()
+        } else if self.host.contains(':') {
             format!("[{}]:{}", self.host, self.port)
         } else {
             format!("{}:{}", self.host, self.port)
@@ -146,7 +158,8 @@ impl BackendTarget {
     pub fn parse(url: &str) -> Result<BackendTarget, ConfigError> {
         let bad = |why: &str| {
             ConfigError::BackendUrl(format!(
-                "{why} (expected mysql://user:password@host:port/database)"
+                "{why} (expected mysql://user:password@host:port/database, or \
+                 mysql://user:password@localhost/database?socket=/path/to/mysqld.sock)"
             ))
         };
         let u = url::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
@@ -169,13 +182,34 @@ impl BackendTarget {
             decode(u.username())
         };
         let database = Some(decode(u.path().trim_start_matches('/'))).filter(|d| !d.is_empty());
+        let mut socket = None;
+        for (name, value) in u.query_pairs() {
+            match &*name {
+                "socket" if !value.is_empty() => socket = Some(value.into_owned().into()),
+                "socket" => return Err(bad("socket= needs the path of the server's socket")),
+                other => return Err(bad(&format!("unknown parameter '{other}'"))),
+            }
+        }
         Ok(BackendTarget {
             host,
             port: u.port().unwrap_or(3306),
             user,
             password: u.password().map(decode).unwrap_or_default(),
             database,
+            socket,
         })
+    }
+
+    /// Connection options for mysql_async (the engine's pool and the binlog watcher): the same
+    /// server, credentials, database and transport as the client sessions' connections.
+    pub fn mysql_async_opts(&self) -> mysql_async::OptsBuilder {
+        mysql_async::OptsBuilder::default()
+            .ip_or_hostname(self.host.clone())
+            .tcp_port(self.port)
+            .socket(self.socket.as_ref().map(|s| s.display().to_string()))
+            .user(Some(self.user.clone()))
+            .pass(Some(self.password.clone()).filter(|p| !p.is_empty()))
+            .db_name(self.database.clone())
     }
 }
 
@@ -433,6 +467,36 @@ mod tests {
         assert!(!format!("{b:?}").contains("p@ss"));
         assert!(b.redacted().contains(":***@"));
         assert!(BackendTarget::parse("postgres://x@y/z").is_err());
+    }
+
+    #[test]
+    fn backend_url_with_socket() {
+        let b =
+            BackendTarget::parse("mysql://app:pw@localhost/shop?socket=/run/mysqld/mysqld.sock")
+                .unwrap();
+        assert_eq!(
+            b.socket.as_deref(),
+            Some(std::path::Path::new("/run/mysqld/mysqld.sock"))
+        );
+        assert_eq!(b.address(), "/run/mysqld/mysqld.sock");
+        assert_eq!(
+            b.redacted(),
+            "mysql://app:***@localhost:3306/shop?socket=/run/mysqld/mysqld.sock"
+        );
+        // Percent-encoded paths decode; a typo in a parameter is an error, not ignored.
+        let b =
+            BackendTarget::parse("mysql://app@localhost/?socket=%2Ftmp%2Fmy%20db.sock").unwrap();
+        assert_eq!(b.address(), "/tmp/my db.sock");
+        let err = BackendTarget::parse("mysql://app@localhost/shop?sockt=/x").unwrap_err();
+        assert!(
+            err.to_string().contains("unknown parameter 'sockt'"),
+            "{err}"
+        );
+        assert!(BackendTarget::parse("mysql://app@localhost/shop?socket=").is_err());
+        assert_eq!(
+            BackendTarget::parse("mysql://app@h/shop").unwrap().socket,
+            None
+        );
     }
 
     #[test]

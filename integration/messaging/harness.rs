@@ -55,6 +55,17 @@ impl Env {
     }
 
     async fn on(server: &'static MariaDb, db: &str, args: &[&str]) -> Env {
+        Env::on_url(server, db, &server.backend_url(), args).await
+    }
+
+    /// Like [`Env::new`], with the proxy's `--backend` set to `backend_url` (which must lead to
+    /// `server`), e.g. the server's Unix socket.
+    pub async fn on_url(
+        server: &'static MariaDb,
+        db: &str,
+        backend_url: &str,
+        args: &[&str],
+    ) -> Env {
         {
             let mut c = Conn::new(opts(server.port(), "root", None, None))
                 .await
@@ -72,7 +83,7 @@ impl Env {
                 .expect("create the test database");
             let _ = c.disconnect().await;
         }
-        let proxy = start_proxy(server, args);
+        let proxy = start_proxy(backend_url, args);
         Env {
             server,
             proxy,
@@ -82,7 +93,7 @@ impl Env {
 
     /// Another proxy on the same server (the same database).
     pub fn second_proxy(&self) -> Proxy {
-        start_proxy(self.server, &[])
+        start_proxy(&self.server.backend_url(), &[])
     }
 
     /// The last lines of the proxy's log, for failure messages.
@@ -216,9 +227,9 @@ impl Env {
 /// between the harness picking it and the proxy binding it; the harness then sees *that*
 /// process accept connections and returns a proxy that has already exited ("cannot listen ...
 /// Address already in use"). Retry in that case.
-fn start_proxy(server: &MariaDb, args: &[&str]) -> Proxy {
+fn start_proxy(backend_url: &str, args: &[&str]) -> Proxy {
     for _ in 0..3 {
-        let proxy = Proxy::start(&server.backend_url(), args, None);
+        let proxy = Proxy::start(backend_url, args, None);
         std::thread::sleep(Duration::from_millis(150));
         if proxy.is_alive() {
             return proxy;

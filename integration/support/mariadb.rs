@@ -263,6 +263,19 @@ impl MariaDb {
         self.url("test")
     }
 
+    /// The server's Unix socket.
+    pub fn socket_path(&self) -> PathBuf {
+        self.dir.join("mariadbd.sock")
+    }
+
+    /// `mysql://root@localhost/DB?socket=PATH` — the proxy reaches the server over its socket.
+    pub fn socket_url(&self, db: &str) -> String {
+        format!(
+            "mysql://root@localhost/{db}?socket={}",
+            self.socket_path().display()
+        )
+    }
+
     /// The server's data directory (binlog files live here).
     pub fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
@@ -288,10 +301,7 @@ impl MariaDb {
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.dir.join("data").display()))
             .arg(format!("--port={}", self.port))
-            .arg(format!(
-                "--socket={}",
-                self.dir.join("mariadbd.sock").display()
-            ))
+            .arg(format!("--socket={}", self.socket_path().display()))
             .arg(format!(
                 "--pid-file={}",
                 self.dir.join("mariadbd.pid").display()

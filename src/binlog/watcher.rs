@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use futures_core::Stream;
 use mysql_async::prelude::Queryable;
-use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts, OptsBuilder, Row};
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts, Row};
 use mysql_common::binlog::events::Event;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -71,12 +71,7 @@ impl BinlogWatcher {
             server_id,
             sessions: 0,
         });
-        let opts = OptsBuilder::default()
-            .ip_or_hostname(backend.host.clone())
-            .tcp_port(backend.port)
-            .user(Some(backend.user.clone()))
-            .pass(Some(backend.password.clone()).filter(|p| !p.is_empty()))
-            .db_name(backend.database.clone());
+        let opts = backend.mysql_async_opts();
         let reload = Arc::new(Notify::new());
         let activity = Arc::new(BinlogActivity::default());
         tokio::spawn(reload_on_ddl(

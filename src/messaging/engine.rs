@@ -57,12 +57,8 @@ impl Engine {
         // Keep a couple of connections open: with a minimum of 0 mysql_async closes every
         // returned connection, and each poll or purge would pay a new login.
         let constraints = mysql_async::PoolConstraints::new(2, 16).unwrap_or_default();
-        let opts = mysql_async::OptsBuilder::default()
-            .ip_or_hostname(backend.host.clone())
-            .tcp_port(backend.port)
-            .user(Some(backend.user.clone()))
-            .pass(Some(backend.password.clone()).filter(|p| !p.is_empty()))
-            .db_name(backend.database.clone())
+        let opts = backend
+            .mysql_async_opts()
             .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
         let engine = Arc::new(Engine {
             pool: Pool::new(opts),
