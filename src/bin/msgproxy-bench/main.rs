@@ -131,6 +131,11 @@ pub struct Opts {
     /// Longest wait for --quiet-cpu, in seconds.
     #[arg(long, default_value_t = 900)]
     pub quiet_wait: u64,
+    /// msgproxy reaches the throwaway server over its Unix socket instead of TCP, as when it
+    /// runs on the database's own host (`?socket=` in its --backend URL). Clients still connect
+    /// to both over TCP.
+    #[arg(long)]
+    pub proxy_socket: bool,
     /// Keep the work dir (server data, logs) after the run.
     #[arg(long)]
     pub keep_workdir: bool,
@@ -173,6 +178,8 @@ pub struct Ctx {
     pub direct: Target,
     pub proxied: Target,
     pub proxy: Proxy,
+    /// The proxy's --backend URL.
+    pub proxy_backend: String,
     pub proxy_bin: PathBuf,
     pub work: PathBuf,
     /// The throwaway server's pid (None for a `--backend` server, whose CPU is not read).
@@ -207,8 +214,13 @@ impl Ctx {
         let pid = self.proxy.process.pid();
         self.retired.push((pid, servers::cpu_seconds(pid)));
         self.proxy.process.stop(Duration::from_secs(5));
-        self.proxy =
-            Proxy::start_with_log(&self.proxy_bin, &self.direct, &self.work, tag, log_filter)?;
+        self.proxy = Proxy::start_with_log(
+            &self.proxy_bin,
+            &self.proxy_backend,
+            &self.work,
+            tag,
+            log_filter,
+        )?;
         self.proxied = self.direct.with_port(self.proxy.port);
         Ok(())
     }
@@ -258,6 +270,9 @@ async fn run(opts: Opts) -> Result<bool, String> {
         sync_binlog: opts.sync_binlog,
         log_file_size: "512M".into(),
     };
+    if opts.proxy_socket && opts.backend.is_some() {
+        return Err("--proxy-socket needs the throwaway server (its socket is known)".into());
+    }
     let (server, direct) = match &opts.backend {
         Some(url) => (None, Target::parse(url)?),
         None => {
@@ -279,13 +294,23 @@ async fn run(opts: Opts) -> Result<bool, String> {
             .await
             .map_err(|e| format!("create database: {e}"))?;
     }
-    let proxy = Proxy::start(&proxy_bin, &direct, &work.path, "main")?;
+    let proxy_backend = if opts.proxy_socket {
+        format!(
+            "{}?socket={}",
+            direct.url(),
+            work.path.join("mariadbd.sock").display()
+        )
+    } else {
+        direct.url()
+    };
+    let proxy = Proxy::start(&proxy_bin, &proxy_backend, &work.path, "main")?;
     let proxied = direct.with_port(proxy.port);
     let mut ctx = Ctx {
         opts: opts.clone(),
         direct,
         proxied,
         proxy,
+        proxy_backend,
         proxy_bin,
         work: work.path.clone(),
         server_pid: server.as_ref().map(|s| s.process.pid()),
@@ -434,9 +459,14 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
     }
     let o = &ctx.opts;
     format!(
-        "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}",
+        "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}, to the server over {}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}",
         if server.is_some() { "throwaway" } else { "--backend" },
         ctx.proxy_bin.display(),
+        if o.proxy_socket {
+            "its Unix socket"
+        } else {
+            "TCP"
+        },
         o.reps(),
         o.duration().as_secs_f64(),
         o.connections,

@@ -401,15 +401,21 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    pub fn start(binary: &Path, backend: &Target, work: &Path, tag: &str) -> Result<Proxy, String> {
+    /// Starts the proxy with `--backend backend_url`.
+    pub fn start(
+        binary: &Path,
+        backend_url: &str,
+        work: &Path,
+        tag: &str,
+    ) -> Result<Proxy, String> {
         let log = std::env::var("MSGPROXY_LOG").unwrap_or_else(|_| "warn".into());
-        Proxy::start_with_log(binary, backend, work, tag, &log)
+        Proxy::start_with_log(binary, backend_url, work, tag, &log)
     }
 
     /// Starts the proxy with `MSGPROXY_LOG=log_filter`.
     pub fn start_with_log(
         binary: &Path,
-        backend: &Target,
+        backend_url: &str,
         work: &Path,
         tag: &str,
         log_filter: &str,
@@ -421,7 +427,7 @@ impl Proxy {
             cmd.arg("--listen")
                 .arg(format!("127.0.0.1:{port}"))
                 .arg("--backend")
-                .arg(backend.url())
+                .arg(backend_url)
                 .current_dir(work)
                 .env("MSGPROXY_LOG", log_filter)
                 .env("NO_COLOR", "1");
