@@ -524,7 +524,7 @@ pub async fn throughput(ctx: &mut Ctx) -> Result<(), String> {
         for _ in 0..ctx.opts.reps() {
             // The server's own insert rate with the same producers, no consumers.
             exec(&mut a, &format!("TRUNCATE TABLE `{plain}`")).await?;
-            let (inserted, _, _) =
+            let (inserted, _, direct_note) =
                 throughput_run(ctx, plain, &ctx.direct.clone(), rows_per_insert, 0, dur).await?;
             samples.add("direct", "rate", inserted);
             // Producers through msgproxy, consumers streaming and acking.
@@ -543,7 +543,7 @@ pub async fn throughput(ctx: &mut Ctx) -> Result<(), String> {
             samples.add("proxy", "rate", acked);
             samples.add("proxy", "inserted", inserted);
             note = format!(
-                "{} INSERT and {} ACK deadlocks retried; {cpu}",
+                "{} INSERT and {} ACK deadlocks retried; {cpu}; the server's own run: {direct_note}",
                 PRODUCER_RETRIES.load(Ordering::Relaxed) - retries0,
                 ACK_RETRIES.load(Ordering::Relaxed) - acks0
             );
@@ -663,13 +663,15 @@ async fn throughput_run(
         (get(&status1) - get(&status0)) / secs
     };
     let cpu = format!(
-        "{cpu}; server per second: {:.0} SELECT, {:.0} UPDATE, {:.0} INSERT, {:.0} COMMIT, {:.0} rows read, {:.1} new connections",
+        "{cpu}; server per second: {:.0} SELECT, {:.0} UPDATE, {:.0} INSERT, {:.0} COMMIT, {:.0} rows read, {:.1} new connections, {:.0} transactions in {:.0} group commits",
         per_sec("Com_select"),
         per_sec("Com_update"),
         per_sec("Com_insert"),
         per_sec("Com_commit"),
         per_sec("Rows_read"),
         per_sec("Connections"),
+        per_sec("Binlog_commits"),
+        per_sec("Binlog_group_commits"),
     );
     while let Some(r) = producers.join_next().await {
         r.map_err(|e| format!("producer task: {e}"))??;
@@ -803,7 +805,7 @@ pub async fn backlog(ctx: &mut Ctx) -> Result<(), String> {
 /// The server's statement and row counters (global status), for "what did the server do".
 async fn server_counters(c: &mut Conn) -> Result<Vec<(String, f64)>, String> {
     let rows = c
-        .query_rows("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select', 'Com_update', 'Com_insert', 'Com_commit', 'Rows_read', 'Connections')")
+        .query_rows("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select', 'Com_update', 'Com_insert', 'Com_commit', 'Rows_read', 'Connections', 'Binlog_commits', 'Binlog_group_commits')")
         .await
         .map_err(|e| format!("SHOW GLOBAL STATUS: {e}"))?;
     Ok(rows
