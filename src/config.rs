@@ -23,7 +23,9 @@ pub struct Cli {
     pub listen: Option<SocketAddr>,
 
     /// Backend server and the credentials the proxy uses there, as
-    /// mysql://user:password@host:port/database [default: mysql://root@127.0.0.1:3306/test]
+    /// mysql://user:password@host:port/database, or over the server's Unix socket as
+    /// mysql://user:password@localhost/database?socket=/path/to/mysqld.sock
+    /// [default: mysql://root@127.0.0.1:3306/test]
     #[arg(long, env = "MSGPROXY_BACKEND", value_name = "URL")]
     pub backend: Option<String>,
 

@@ -131,9 +131,9 @@ pub struct Opts {
     /// Longest wait for --quiet-cpu, in seconds.
     #[arg(long, default_value_t = 900)]
     pub quiet_wait: u64,
-    /// msgproxy reaches the throwaway server over its Unix socket instead of TCP, as when it
-    /// runs on the database's own host (`?socket=` in its --backend URL). Clients still connect
-    /// to both over TCP.
+    /// Also measure the point SELECTs through a second msgproxy that reaches the throwaway
+    /// server over its Unix socket (`?socket=` in its --backend URL), as when msgproxy runs on
+    /// the database's own host; clients connect to every proxy over TCP.
     #[arg(long)]
     pub proxy_socket: bool,
     /// Keep the work dir (server data, logs) after the run.
@@ -178,8 +178,8 @@ pub struct Ctx {
     pub direct: Target,
     pub proxied: Target,
     pub proxy: Proxy,
-    /// The proxy's --backend URL.
-    pub proxy_backend: String,
+    /// With --proxy-socket: the proxy that reaches the server over its socket, and its address.
+    pub socket_proxy: Option<(Proxy, Target)>,
     pub proxy_bin: PathBuf,
     pub work: PathBuf,
     /// The throwaway server's pid (None for a `--backend` server, whose CPU is not read).
@@ -199,6 +199,9 @@ impl Ctx {
             v.push(("srv", p));
         }
         v.push(("px", self.proxy.process.pid()));
+        if let Some((p, _)) = &self.socket_proxy {
+            v.push(("pxs", p.process.pid()));
+        }
         v.push(("cli", std::process::id()));
         v
     }
@@ -216,7 +219,7 @@ impl Ctx {
         self.proxy.process.stop(Duration::from_secs(5));
         self.proxy = Proxy::start_with_log(
             &self.proxy_bin,
-            &self.proxy_backend,
+            &self.direct.url(),
             &self.work,
             tag,
             log_filter,
@@ -294,23 +297,26 @@ async fn run(opts: Opts) -> Result<bool, String> {
             .await
             .map_err(|e| format!("create database: {e}"))?;
     }
-    let proxy_backend = if opts.proxy_socket {
-        format!(
+    let proxy = Proxy::start(&proxy_bin, &direct.url(), &work.path, "main")?;
+    let proxied = direct.with_port(proxy.port);
+    let socket_proxy = if opts.proxy_socket {
+        let url = format!(
             "{}?socket={}",
             direct.url(),
             work.path.join("mariadbd.sock").display()
-        )
+        );
+        let p = Proxy::start(&proxy_bin, &url, &work.path, "socket")?;
+        let target = direct.with_port(p.port);
+        Some((p, target))
     } else {
-        direct.url()
+        None
     };
-    let proxy = Proxy::start(&proxy_bin, &proxy_backend, &work.path, "main")?;
-    let proxied = direct.with_port(proxy.port);
     let mut ctx = Ctx {
         opts: opts.clone(),
         direct,
         proxied,
         proxy,
-        proxy_backend,
+        socket_proxy,
         proxy_bin,
         work: work.path.clone(),
         server_pid: server.as_ref().map(|s| s.process.pid()),
@@ -459,13 +465,13 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
     }
     let o = &ctx.opts;
     format!(
-        "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}, to the server over {}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}",
+        "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}{}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}",
         if server.is_some() { "throwaway" } else { "--backend" },
         ctx.proxy_bin.display(),
         if o.proxy_socket {
-            "its Unix socket"
+            " (point SELECTs also through a second msgproxy on the server's Unix socket)"
         } else {
-            "TCP"
+            ""
         },
         o.reps(),
         o.duration().as_secs_f64(),

@@ -21,11 +21,14 @@ const CONNECT_WORKERS: usize = 4;
 /// Direct first, then through the proxy, in each repetition.
 pub const VARIANTS: [&str; 2] = ["direct", "proxy"];
 
+/// The proxy over the server's Unix socket (with --proxy-socket), in the point scenario.
+const SOCKET_VARIANT: &str = "proxy-socket";
+
 pub fn target_of<'a>(ctx: &'a Ctx, variant: &str) -> &'a Target {
-    if variant == "proxy" {
-        &ctx.proxied
-    } else {
-        &ctx.direct
+    match (variant, &ctx.socket_proxy) {
+        ("proxy", _) => &ctx.proxied,
+        (SOCKET_VARIANT, Some((_, socket))) => socket,
+        _ => &ctx.direct,
     }
 }
 
@@ -72,65 +75,84 @@ pub async fn point_selects(ctx: &mut Ctx) -> Result<(), String> {
 
     let dur = ctx.opts.duration();
     let many = ctx.opts.connections;
+    // Direct, through the proxy, and (with --proxy-socket) through the proxy on the socket,
+    // interleaved in every repetition.
+    let mut variants = VARIANTS.to_vec();
+    if ctx.socket_proxy.is_some() {
+        variants.push(SOCKET_VARIANT);
+    }
     for conns in [1, many] {
         for prepared in [false, true] {
             let mut samples = Samples::default();
-            let mut cpu_note = String::new();
+            let mut cpu_notes = std::collections::HashMap::new();
             for _ in 0..ctx.opts.reps() {
-                for v in VARIANTS {
+                for &v in &variants {
                     let meter = CpuMeter::start(&ctx.cpu_pids());
                     let (qps, mut lat) = point_run(target_of(ctx, v), conns, prepared, dur).await?;
-                    if v == "proxy" {
-                        cpu_note = meter.finish();
-                    }
+                    cpu_notes.insert(v, meter.finish());
                     samples.add(v, "qps", qps);
                     samples.add(v, "p50", lat.percentile_us(50.0).unwrap_or(0.0));
                     samples.add(v, "p99", lat.percentile_us(99.0).unwrap_or(0.0));
                 }
             }
-            let name = format!(
-                "point SELECT by PK, {}, {conns} conn{}",
-                if prepared { "prepared" } else { "text" },
-                if conns == 1 { "" } else { "s" }
-            );
-            ctx.rows.push(ratio_row(
-                &name,
-                "queries/s",
-                &samples,
-                "qps",
-                Unit::PerSec,
-                (conns > 1).then_some(0.90),
-                &cpu_note,
-            ));
-            let (d, p) = (samples.get("direct", "p50"), samples.get("proxy", "p50"));
-            let (d99, p99) = (samples.get("direct", "p99"), samples.get("proxy", "p99"));
-            if let (Some(d), Some(p), Some(d99), Some(p99)) = (d, p, d99, p99) {
-                let mut row = Row::new(&name, "latency p50 (p99)");
-                row.baseline = format!(
-                    "server {} ({})",
-                    fmt_summary(&d, Unit::Micros),
-                    fmt_summary(&d99, Unit::Micros)
+            for &v in &variants[1..] {
+                let name = format!(
+                    "point SELECT by PK, {}, {conns} conn{}{}",
+                    if prepared { "prepared" } else { "text" },
+                    if conns == 1 { "" } else { "s" },
+                    if v == SOCKET_VARIANT {
+                        ", msgproxy on the server's socket"
+                    } else {
+                        ""
+                    }
                 );
-                row.measured = format!(
-                    "{} ({})",
-                    fmt_summary(&p, Unit::Micros),
-                    fmt_summary(&p99, Unit::Micros)
-                );
-                let added = p.median - d.median;
-                row.relation = format!(
-                    "{added:+.0} µs p50 ({:+.0} µs p99)",
-                    p99.median - d99.median
-                );
-                if conns == 1 {
-                    row.target = "≤ +30 µs p50".into();
-                    row.met = Some(added <= 30.0);
+                let cpu_note = cpu_notes.remove(v).unwrap_or_default();
+                ctx.rows.push(ratio_row_of(
+                    &name,
+                    "queries/s",
+                    &samples,
+                    v,
+                    "qps",
+                    Unit::PerSec,
+                    (conns > 1).then_some(0.90),
+                    &cpu_note,
+                ));
+                if let Some(row) = latency_row(&name, &samples, v, conns == 1) {
+                    ctx.rows.push(row);
                 }
-                ctx.rows.push(row);
+                eprintln!("   {name}: done");
             }
-            eprintln!("   {name}: done");
         }
     }
     Ok(())
+}
+
+/// Latency p50 (p99) of `variant` against the server's, with the added-latency target when
+/// `with_target` (the 1-connection runs).
+fn latency_row(name: &str, samples: &Samples, variant: &str, with_target: bool) -> Option<Row> {
+    let (d, p) = (samples.get("direct", "p50")?, samples.get(variant, "p50")?);
+    let (d99, p99) = (samples.get("direct", "p99")?, samples.get(variant, "p99")?);
+    let mut row = Row::new(name, "latency p50 (p99)");
+    row.baseline = format!(
+        "server {} ({})",
+        fmt_summary(&d, Unit::Micros),
+        fmt_summary(&d99, Unit::Micros)
+    );
+    row.measured = format!(
+        "{} ({})",
+        fmt_summary(&p, Unit::Micros),
+        fmt_summary(&p99, Unit::Micros)
+    );
+    let added = p.median - d.median;
+    row.relation = format!(
+        "{added:+.0} µs p50 ({:+.0} µs p99)",
+        p99.median - d99.median
+    );
+    if with_target {
+        row.target = "≤ +30 µs p50".into();
+        row.met = Some(added <= 30.0);
+    }
+    Some(row)
 }
 
 /// A row comparing one figure direct vs through the proxy, with a ratio target.
@@ -143,9 +165,26 @@ pub fn ratio_row(
     min_ratio: Option<f64>,
     note: &str,
 ) -> Row {
+    ratio_row_of(
+        scenario, metric, samples, "proxy", key, unit, min_ratio, note,
+    )
+}
+
+/// [`ratio_row`] for the proxy variant named `variant`.
+#[allow(clippy::too_many_arguments)]
+fn ratio_row_of(
+    scenario: &str,
+    metric: &str,
+    samples: &Samples,
+    variant: &str,
+    key: &str,
+    unit: Unit,
+    min_ratio: Option<f64>,
+    note: &str,
+) -> Row {
     let mut row = Row::new(scenario, metric);
     row.note = note.to_string();
-    let (d, p) = (samples.get("direct", key), samples.get("proxy", key));
+    let (d, p) = (samples.get("direct", key), samples.get(variant, key));
     if let Some(d) = &d {
         row.baseline = format!("server {}", fmt_summary(d, unit));
     }
