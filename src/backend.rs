@@ -149,8 +149,8 @@ pub fn unsupported_capabilities() -> CapabilityFlags {
 }
 
 impl Backend {
-    /// Opens a connection (TCP or the server's socket) and reads the greeting. An ERR instead of a greeting (too many
-    /// connections, host blocked) becomes [`BackendError::Refused`].
+    /// Opens a connection (TCP or the server's socket) and reads the greeting. An ERR instead of
+    /// a greeting (too many connections, host blocked) becomes [`BackendError::Refused`].
     pub async fn connect(
         target: &BackendTarget,
         timeout: std::time::Duration,
