@@ -556,7 +556,7 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
     env.ddl(&table_sql("r", "2", 10, "1", "varchar(50)")).await;
     let port = env.proxy.port();
     let db = env.db.clone();
-    let mut consumers = vec![
+    let consumers = vec![
         Consumer::start(port, &db, "r"),
         Consumer::start(port, &db, "r"),
     ];
@@ -609,8 +609,12 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
         })
     };
 
-    // Deliveries, acks (through the proxy, retried after errors) and stream endings.
+    // The consumers, and their deliveries, acks (through the proxy, retried after errors) and
+    // stream endings.
     struct Books {
+        consumers: Vec<Consumer>,
+        port: u16,
+        db: String,
         deliveries: Vec<(i64, Instant)>,
         pending: BTreeSet<i64>,
         acked_ok: BTreeMap<i64, Instant>,
@@ -621,6 +625,9 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
         reconnect_at: Instant,
     }
     let mut books = Books {
+        consumers,
+        port,
+        db: db.clone(),
         deliveries: Vec::new(),
         pending: BTreeSet::new(),
         acked_ok: BTreeMap::new(),
@@ -629,91 +636,78 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
         acker: None,
         reconnect_at: Instant::now(),
     };
-    async fn pump(
-        books: &mut Books,
-        consumers: &mut [Consumer],
-        port: u16,
-        db: &str,
-        until: Instant,
-    ) {
-        loop {
-            for c in consumers.iter_mut() {
-                while let Some(seen) = c.next(Duration::ZERO).await {
-                    match seen {
-                        Seen::Message { id, at } => {
-                            books.deliveries.push((id, at));
-                            if !books.acked_ok.contains_key(&id) {
-                                books.pending.insert(id);
+    impl Books {
+        /// Takes in what the streams delivered and acks it, for `time`.
+        async fn pump(&mut self, time: Duration) {
+            let until = Instant::now() + time;
+            loop {
+                for c in self.consumers.iter_mut() {
+                    while let Some(seen) = c.next(Duration::ZERO).await {
+                        match seen {
+                            Seen::Message { id, at } => {
+                                self.deliveries.push((id, at));
+                                if !self.acked_ok.contains_key(&id) {
+                                    self.pending.insert(id);
+                                }
+                            }
+                            Seen::Ended(e) => self.ends.push((Instant::now(), e)),
+                        }
+                    }
+                }
+                if !self.pending.is_empty() {
+                    if self.acker.is_none() && Instant::now() >= self.reconnect_at {
+                        match Conn::new(opts(self.port, "root", None, Some(&self.db))).await {
+                            Ok(c) => self.acker = Some(c),
+                            Err(e) => {
+                                self.ack_errors
+                                    .push(format!("connect: {}", failure_kind(&Failure::of(&e))));
+                                self.reconnect_at = Instant::now() + secs(0.1);
                             }
                         }
-                        Seen::Ended(e) => books.ends.push((Instant::now(), e)),
                     }
-                }
-            }
-            if !books.pending.is_empty() {
-                if books.acker.is_none() && Instant::now() >= books.reconnect_at {
-                    match Conn::new(opts(port, "root", None, Some(db))).await {
-                        Ok(c) => books.acker = Some(c),
-                        Err(e) => {
-                            books
-                                .ack_errors
-                                .push(format!("connect: {}", failure_kind(&Failure::of(&e))));
-                            books.reconnect_at = Instant::now() + secs(0.1);
-                        }
-                    }
-                }
-                if let Some(c) = books.acker.as_mut() {
-                    let ids: Vec<i64> = books.pending.iter().copied().collect();
-                    let list: Vec<String> = ids.iter().map(i64::to_string).collect();
-                    match c.query_drop(format!("ACK r {}", list.join(", "))).await {
-                        Ok(()) => {
-                            let now = Instant::now();
-                            for id in ids {
-                                books.acked_ok.insert(id, now);
-                                books.pending.remove(&id);
+                    if let Some(c) = self.acker.as_mut() {
+                        let ids: Vec<i64> = self.pending.iter().copied().collect();
+                        let list: Vec<String> = ids.iter().map(i64::to_string).collect();
+                        match c.query_drop(format!("ACK r {}", list.join(", "))).await {
+                            Ok(()) => {
+                                let now = Instant::now();
+                                for id in ids {
+                                    self.acked_ok.insert(id, now);
+                                    self.pending.remove(&id);
+                                }
+                            }
+                            Err(e) => {
+                                self.ack_errors
+                                    .push(format!("ack: {}", failure_kind(&Failure::of(&e))));
+                                self.acker = None;
                             }
                         }
-                        Err(e) => {
-                            books
-                                .ack_errors
-                                .push(format!("ack: {}", failure_kind(&Failure::of(&e))));
-                            books.acker = None;
-                        }
                     }
                 }
+                if Instant::now() >= until {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            if Instant::now() >= until {
-                return;
+        }
+
+        /// Pumps while `task` (stopping or restarting the server) runs; returns its result.
+        async fn pump_during<T>(&mut self, task: tokio::task::JoinHandle<T>) -> T {
+            while !task.is_finished() {
+                self.pump(secs(0.05)).await;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            task.await.expect("the server task")
         }
     }
 
     let mut outages = Vec::new();
     for (n, crash) in [(1usize, false), (2, true)] {
-        pump(
-            &mut books,
-            &mut consumers,
-            port,
-            &db,
-            Instant::now() + secs(1.5),
-        )
-        .await;
+        books.pump(secs(1.5)).await;
         let ends_before = books.ends.len();
         // The clients keep going while the server goes down and comes back.
         let stopping =
             tokio::task::spawn_blocking(move || if crash { server.kill() } else { server.stop() });
-        while !stopping.is_finished() {
-            pump(
-                &mut books,
-                &mut consumers,
-                port,
-                &db,
-                Instant::now() + secs(0.05),
-            )
-            .await;
-        }
-        stopping.await.expect("stop the server");
+        books.pump_during(stopping).await;
         let gone = Instant::now();
         // While it is down: a new session gets an error at once (not a hang).
         let refused =
@@ -722,27 +716,11 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
                 .expect("connect while the backend is down: no answer within 5 s")
                 .map(|_| ())
                 .map_err(|e| Failure::of(&e));
-        pump(
-            &mut books,
-            &mut consumers,
-            port,
-            &db,
-            Instant::now() + secs(0.5),
-        )
-        .await;
+        books.pump(secs(0.5)).await;
         let restart_began = Instant::now();
-        let restarting = tokio::task::spawn_blocking(move || server.restart());
-        while !restarting.is_finished() {
-            pump(
-                &mut books,
-                &mut consumers,
-                port,
-                &db,
-                Instant::now() + secs(0.05),
-            )
+        books
+            .pump_during(tokio::task::spawn_blocking(move || server.restart()))
             .await;
-        }
-        restarting.await.expect("restart the server");
         let back = Instant::now();
         // The server accepts connections: so does the proxy, at the first try.
         let mut fresh = Conn::new(opts(port, "root", None, Some(&db)))
@@ -770,25 +748,18 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
         // Each stream is told when its backend connection dies, while the server is down — not
         // at its next message (after the restart) or its next keepalive (60 s).
         assert!(
-            ends.iter().filter(|(at, _)| *at <= restart_began).count() >= consumers.len(),
+            ends.iter().filter(|(at, _)| *at <= restart_began).count() >= books.consumers.len(),
             "restart {n}: every stream should end while its server is down (before the restart \
              began {:.2} s after the server was gone); ended {ended:.2?} s after it ({ends:?})",
             (restart_began - gone).as_secs_f64()
         );
-        for c in &consumers {
+        for c in &books.consumers {
             c.wait_open(n + 1, 10).await;
         }
         env.proxy.assert_alive();
     }
     let (committed, insert_errors) = loop {
-        pump(
-            &mut books,
-            &mut consumers,
-            port,
-            &db,
-            Instant::now() + secs(0.2),
-        )
-        .await;
+        books.pump(secs(0.2)).await;
         if writer.is_finished() {
             break writer.await.expect("writer");
         }
@@ -797,24 +768,10 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
     while Instant::now() < deadline
         && !(committed.iter().all(|id| books.acked_ok.contains_key(id)) && books.pending.is_empty())
     {
-        pump(
-            &mut books,
-            &mut consumers,
-            port,
-            &db,
-            Instant::now() + secs(0.2),
-        )
-        .await;
+        books.pump(secs(0.2)).await;
     }
-    pump(
-        &mut books,
-        &mut consumers,
-        port,
-        &db,
-        Instant::now() + secs(1.0),
-    )
-    .await;
-    drop(consumers);
+    books.pump(secs(1.0)).await;
+    books.consumers.clear();
 
     for line in &outages {
         eprintln!("{line}");
