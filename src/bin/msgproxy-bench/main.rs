@@ -19,6 +19,7 @@
 //! - `messaging` — end-to-end latency, sustained throughput, a large backlog.
 //! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
 
+mod backlog;
 mod messaging;
 mod passthrough;
 mod report;
@@ -345,7 +346,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
             "connect" => passthrough::connection_setup(&mut ctx).await,
             "latency" => messaging::latency(&mut ctx).await,
             "throughput" => messaging::throughput(&mut ctx).await,
-            "backlog" => messaging::backlog(&mut ctx).await,
+            "backlog" => backlog::backlog(&mut ctx).await,
             "brokers" => run_brokers(&mut ctx).await,
             _ => Ok(()),
         };
