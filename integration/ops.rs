@@ -13,7 +13,7 @@ use crate::support::process::free_port;
 use crate::support::{eventually, opts, Cli, Failure, MariaDb, Proxy};
 
 /// `GET /metrics` on 127.0.0.1:`port`: the body, after checking the status and content type.
-async fn scrape(port: u16) -> String {
+pub(crate) async fn scrape(port: u16) -> String {
     let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap_or_else(|e| panic!("connect to the metrics port {port}: {e}"));
@@ -51,7 +51,7 @@ fn sample(page: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 }
 
 /// A per-table sample, which must be present.
-fn table_value(page: &str, name: &str, db: &str, table: &str) -> f64 {
+pub(crate) fn table_value(page: &str, name: &str, db: &str, table: &str) -> f64 {
     sample(page, name, &[("schema", db), ("table", table)])
         .unwrap_or_else(|| panic!("no {name} for {db}.{table} in:\n{page}"))
 }
@@ -68,6 +68,8 @@ fn table_metrics(page: &str, db: &str, table: &str) -> BTreeMap<&'static str, f6
         ("redelivered", "msgproxy_message_redelivered_total"),
         ("acked", "msgproxy_message_acked_total"),
         ("purged", "msgproxy_message_purged_total"),
+        ("claims", "msgproxy_message_claims_total"),
+        ("claim_waits", "msgproxy_message_claim_waits_total"),
         (
             "latency_count",
             "msgproxy_message_delivery_latency_seconds_count",

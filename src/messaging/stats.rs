@@ -31,6 +31,10 @@ pub struct TableStats {
     acked: AtomicU64,
     /// Acked rows this proxy's purger deleted.
     purged: AtomicU64,
+    /// Batches handed to a stream, each claimed in one transaction.
+    claims: AtomicU64,
+    /// Times `--claim-pace` held due rows back before a hand-out.
+    claim_waits: AtomicU64,
     /// Delivery latency of first deliveries: non-cumulative counts per bucket of
     /// [`LATENCY_BUCKETS`], the last slot for `+Inf`.
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
@@ -46,6 +50,8 @@ pub struct StatsSnapshot {
     pub redelivered: u64,
     pub acked: u64,
     pub purged: u64,
+    pub claims: u64,
+    pub claim_waits: u64,
     /// Cumulative counts per bucket of [`LATENCY_BUCKETS`], then `+Inf` (= the count).
     pub latency_cumulative: Vec<u64>,
     pub latency_sum_seconds: f64,
@@ -80,6 +86,16 @@ impl TableStats {
         self.acked.fetch_add(rows, Ordering::Relaxed);
     }
 
+    /// A batch handed to a stream for its claim transaction.
+    pub fn record_claim(&self) {
+        self.claims.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The pacer held due rows back.
+    pub fn record_claim_wait(&self) {
+        self.claim_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Rows deleted by the purger.
     pub fn record_purged(&self, rows: u64) {
         self.purged.fetch_add(rows, Ordering::Relaxed);
@@ -100,6 +116,8 @@ impl TableStats {
             redelivered: self.redelivered.load(Ordering::Relaxed),
             acked: self.acked.load(Ordering::Relaxed),
             purged: self.purged.load(Ordering::Relaxed),
+            claims: self.claims.load(Ordering::Relaxed),
+            claim_waits: self.claim_waits.load(Ordering::Relaxed),
             latency_cumulative,
             latency_sum_seconds: self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6,
         }

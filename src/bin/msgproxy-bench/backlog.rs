@@ -202,7 +202,7 @@ async fn drain_run(
     let idle_kib = memory_kib(pid).map_or(0, |m| m.1);
 
     // The first stream alone, so its first row is not delayed by the others' claims.
-    let mut group = Consumers::none();
+    let mut group = Consumers::none(ctx.ack_interval());
     let (first_tx, first_rx) = tokio::sync::oneshot::channel();
     group.add(&ctx.proxied, table, None, 0, Some(first_tx));
     let first_row = tokio::time::timeout(Duration::from_secs(30), first_rx)

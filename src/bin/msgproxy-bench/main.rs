@@ -109,6 +109,11 @@ pub struct Opts {
     /// Messages per second of the latency runs.
     #[arg(long, default_value_t = 1000.0)]
     pub rate: f64,
+    /// Least time between one acker's ACK statements, in milliseconds: 0 acks whatever arrived
+    /// while the previous ACK ran; more makes fewer, larger ACKs, as a consumer that acks
+    /// periodically does (messages are delivered as fast either way; only their acks wait).
+    #[arg(long, default_value_t = 0.0)]
+    pub ack_interval_ms: f64,
     /// vt_batch_size of the bench's message tables.
     #[arg(long, default_value_t = 100)]
     pub batch_size: usize,
@@ -193,6 +198,11 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// Least time between one acker's ACKs.
+    pub fn ack_interval(&self) -> Duration {
+        Duration::from_secs_f64(self.opts.ack_interval_ms.max(0.0) / 1000.0)
+    }
+
     /// Pids whose CPU use is reported: server, proxy, and the bench itself.
     pub fn cpu_pids(&self) -> Vec<(&'static str, u32)> {
         let mut v = Vec::new();
@@ -466,9 +476,10 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
     }
     let o = &ctx.opts;
     format!(
-        "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}{}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}",
+        "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}{}{}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers{}, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}",
         if server.is_some() { "throwaway" } else { "--backend" },
         ctx.proxy_bin.display(),
+        proxy_settings_from_env(),
         if o.proxy_socket {
             " (point SELECTs also through a second msgproxy on the server's Unix socket)"
         } else {
@@ -479,10 +490,30 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
         o.connections,
         o.producers,
         o.consumers,
+        if o.ack_interval_ms > 0.0 {
+            format!(" acking at most every {} ms", o.ack_interval_ms)
+        } else {
+            String::new()
+        },
         o.multi_rows,
         o.batch_size,
         o.cache_size,
         o.poller_interval,
         if o.smoke { " (SMOKE: figures mean nothing)" } else { "" }
     )
+}
+
+/// The proxies inherit the bench's environment: its `MSGPROXY_*` settings (other than the log
+/// filter) change what is measured, so the header names them.
+fn proxy_settings_from_env() -> String {
+    let mut set: Vec<String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("MSGPROXY_") && k != "MSGPROXY_LOG")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    set.sort();
+    if set.is_empty() {
+        String::new()
+    } else {
+        format!(" with {}", set.join(" "))
+    }
 }

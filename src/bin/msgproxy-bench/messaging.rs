@@ -219,12 +219,16 @@ async fn ack_loop(
     table: String,
     mut ids: mpsc::UnboundedReceiver<i64>,
     acked: Arc<AtomicU64>,
+    interval: Duration,
 ) -> Result<(), String> {
     let mut c = Conn::connect(&target)
         .await
         .map_err(|e| format!("connect an acker: {e}"))?;
     let mut sql = String::with_capacity(16 * 1024);
+    let mut previous = Instant::now();
     while let Some(first) = ids.recv().await {
+        tokio::time::sleep_until((previous + interval).into()).await;
+        previous = Instant::now();
         sql.clear();
         sql.push_str("ACK `");
         sql.push_str(&table);
@@ -265,17 +269,20 @@ pub(crate) struct Consumers {
     streams: JoinSet<Result<Received, String>>,
     ackers: JoinSet<Result<(), String>>,
     pub(crate) acked: Arc<AtomicU64>,
+    /// Least time between one acker's ACKs (`--ack-interval-ms`).
+    ack_interval: Duration,
 }
 
 impl Consumers {
     async fn start(
+        ack_interval: Duration,
         target: &Target,
         table: &str,
         n: usize,
         times: Option<Arc<CommitTimes>>,
         measure_from_id: i64,
     ) -> Consumers {
-        let mut group = Consumers::none();
+        let mut group = Consumers::none(ack_interval);
         for _ in 0..n {
             group.add(target, table, times.clone(), measure_from_id, None);
         }
@@ -284,12 +291,13 @@ impl Consumers {
         group
     }
 
-    pub(crate) fn none() -> Consumers {
+    pub(crate) fn none(ack_interval: Duration) -> Consumers {
         Consumers {
             stop: Arc::new(tokio::sync::Notify::new()),
             streams: JoinSet::new(),
             ackers: JoinSet::new(),
             acked: Arc::new(AtomicU64::new(0)),
+            ack_interval,
         }
     }
 
@@ -308,6 +316,7 @@ impl Consumers {
             table.into(),
             rx,
             self.acked.clone(),
+            self.ack_interval,
         ));
         self.streams.spawn(consume(
             target.clone(),
@@ -449,6 +458,7 @@ async fn latency_run(
     let measure_from_id = (warm.as_secs_f64() * rate) as i64 + 1;
     let times = Arc::new(CommitTimes::new(total as usize + 1));
     let consumers = Consumers::start(
+        ctx.ack_interval(),
         &ctx.proxied,
         table,
         ctx.opts.consumers,
@@ -618,7 +628,7 @@ async fn throughput_run(
     dur: Duration,
 ) -> Result<(f64, f64, String), String> {
     let group = if consumers > 0 {
-        Some(Consumers::start(&ctx.proxied, table, consumers, None, 0).await)
+        Some(Consumers::start(ctx.ack_interval(), &ctx.proxied, table, consumers, None, 0).await)
     } else {
         None
     };
