@@ -561,8 +561,7 @@ mod tests {
             4.0
         );
         for bad in ["--claim-pace=-1", "--claim-pace=101", "--claim-pace=NaN"] {
-            let err =
-                Config::merge(cli(&["--claim-pace", bad]), FileConfig::default()).unwrap_err();
+            let err = Config::merge(cli(&[bad]), FileConfig::default()).unwrap_err();
             assert!(err.to_string().contains("claim_pace"), "{bad}: {err}");
         }
     }
