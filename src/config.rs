@@ -56,11 +56,6 @@ pub struct Cli {
     /// where only the scraper can reach it) [default: off]
     #[arg(long, env = "MSGPROXY_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
-    /// Space a message table's claims when the server's commits queue up: wait this many times
-    /// the claims' queueing time between two claims, so each carries more rows (more messages/s
-    /// from a commit-bound server, at some latency) [default: 0, off]
-    #[arg(long, env = "MSGPROXY_CLAIM_PACE", value_name = "FACTOR")]
-    pub claim_pace: Option<f64>,
 }
 
 /// The optional configuration file. Every key is optional; unknown keys are errors so that a typo
@@ -87,8 +82,6 @@ pub struct FileConfig {
     pub tls: Option<TlsConfig>,
     /// Address of the Prometheus endpoint (`GET /metrics`), as `--metrics-listen`.
     pub metrics_listen: Option<SocketAddr>,
-    /// As `--claim-pace`.
-    pub claim_pace: Option<f64>,
 }
 
 /// One user of the proxy. Give `password`, or `password_hash` (the `*HEX` form of
@@ -269,8 +262,6 @@ pub struct Config {
     pub require_tls: bool,
     /// Where to serve Prometheus metrics; `None`: not served.
     pub metrics_listen: Option<SocketAddr>,
-    /// The claim pace factor (see `messaging::pacing`); 0 = off.
-    pub claim_pace: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -372,12 +363,6 @@ impl Config {
         if threads == 0 {
             return Err(ConfigError::Invalid("threads must be at least 1".into()));
         }
-        let claim_pace = cli.claim_pace.or(file.claim_pace).unwrap_or(0.0);
-        if !(claim_pace.is_finite() && (0.0..=100.0).contains(&claim_pace)) {
-            return Err(ConfigError::Invalid(format!(
-                "claim_pace must be a number from 0 (off) to 100, not {claim_pace}"
-            )));
-        }
         Ok(Config {
             listen,
             backend,
@@ -393,7 +378,6 @@ impl Config {
             tls,
             require_tls,
             metrics_listen: cli.metrics_listen.or(file.metrics_listen),
-            claim_pace,
         })
     }
 }
@@ -541,29 +525,6 @@ mod tests {
         let c = Config::merge(cli(&["--listen", "127.0.0.1:2"]), f).unwrap();
         assert_eq!(c.listen.port(), 2);
         assert_eq!(c.max_connections, 5);
-    }
-
-    #[test]
-    fn claim_pace_from_flag_or_file_off_by_default_and_in_range() {
-        assert_eq!(
-            Config::merge(cli(&[]), FileConfig::default())
-                .unwrap()
-                .claim_pace,
-            0.0
-        );
-        let f: FileConfig = toml::from_str("claim_pace = 2.5").unwrap();
-        assert_eq!(Config::merge(cli(&[]), f).unwrap().claim_pace, 2.5);
-        let f: FileConfig = toml::from_str("claim_pace = 2.5").unwrap();
-        assert_eq!(
-            Config::merge(cli(&["--claim-pace", "4"]), f)
-                .unwrap()
-                .claim_pace,
-            4.0
-        );
-        for bad in ["--claim-pace=-1", "--claim-pace=101", "--claim-pace=NaN"] {
-            let err = Config::merge(cli(&[bad]), FileConfig::default()).unwrap_err();
-            assert!(err.to_string().contains("claim_pace"), "{bad}: {err}");
-        }
     }
 
     #[test]

@@ -44,9 +44,7 @@ async fn run(config: Config) -> std::process::ExitCode {
     let backend = config.backend.clone();
     let timeout = config.backend_connect_timeout;
     let listen = config.listen;
-    let engine =
-        msgproxy::messaging::engine::Engine::start(&backend, config.claim_pace, shutdown.clone())
-            .await;
+    let engine = msgproxy::messaging::engine::Engine::start(&backend, shutdown.clone()).await;
     // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
     // and the pollers carry on alone.
     let binlog = BinlogWatcher::start(&backend, engine.clone(), shutdown.clone());

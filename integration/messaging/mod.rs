@@ -23,7 +23,6 @@
 //! - `streams` — several streams, several proxies, streams that go away, purges running
 //!   elsewhere (on a MariaDB of its own, as it loads the server hard).
 //! - `errors` — what `STREAM`/`ACK` answer when they cannot work.
-//! - `pacing` — `--claim-pace`: spaced claims still deliver everything, once.
 
 mod acks;
 mod arrival;
@@ -31,5 +30,4 @@ mod columns;
 mod errors;
 pub(crate) mod harness;
 mod hostile_names;
-mod pacing;
 mod streams;

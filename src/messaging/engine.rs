@@ -48,18 +48,12 @@ pub struct Engine {
     /// every committed row change reaches the managers from the binlog, so a write relayed
     /// through the proxy needs no poll of its own.
     binlog_following: AtomicBool,
-    /// `--claim-pace`, for every table's manager.
-    claim_pace: f64,
 }
 
 impl Engine {
     /// Creates the engine and loads the message tables; a backend that cannot be reached now is
     /// retried by the periodic reload.
-    pub async fn start(
-        backend: &BackendTarget,
-        claim_pace: f64,
-        shutdown: CancellationToken,
-    ) -> Arc<Engine> {
+    pub async fn start(backend: &BackendTarget, shutdown: CancellationToken) -> Arc<Engine> {
         // Keep a couple of connections open: with a minimum of 0 mysql_async closes every
         // returned connection, and each poll or purge would pay a new login.
         let constraints = mysql_async::PoolConstraints::new(2, 16).unwrap_or_default();
@@ -72,7 +66,6 @@ impl Engine {
             shutdown,
             reload_lock: tokio::sync::Mutex::new(()),
             binlog_following: AtomicBool::new(false),
-            claim_pace,
         });
         if let Err(e) = engine.reload().await {
             warn!("cannot load message tables yet ({e}); retrying every {RELOAD_INTERVAL:?}");
@@ -208,7 +201,6 @@ impl Engine {
                     Entry::Loaded(TableManager::start(
                         def,
                         self.pool.clone(),
-                        self.claim_pace,
                         self.shutdown.child_token(),
                     ))
                 }

@@ -19,7 +19,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::cache::{DueCache, Entry};
-use super::pacing::ClaimPacer;
 use super::schedule::Schedule;
 use super::state;
 use super::table::MessageTable;
@@ -86,10 +85,6 @@ struct State {
     /// binlog before the engine commit), and the claim's `SKIP LOCKED` then passes it over; it
     /// is offered again after [`SKIPPED_RETRY`] delays, then left to the poller.
     skipped: HashMap<Box<[u8]>, usize>,
-    /// Spaces hand-outs when claims are slow (see `pacing`).
-    pacer: ClaimPacer,
-    /// Rows are due but the pacer holds them until then: the loop wakes at that moment.
-    paced_until: Option<Instant>,
 }
 
 /// When a row a batch did not send is offered again (see `State::skipped`).
@@ -166,8 +161,6 @@ struct Subscriber {
     id: u64,
     tx: mpsc::Sender<Batch>,
     busy: bool,
-    /// When its current batch was handed out.
-    handed_at: Option<Instant>,
 }
 
 /// An open stream's membership; dropping it leaves the table's subscribers at once.
@@ -193,7 +186,6 @@ impl Drop for Subscription {
 impl Subscription {
     /// Reports that the last batch is finished (sent or not); the subscriber may get another.
     pub fn batch_done(&self, batch: &[Entry], sent: Vec<Entry>) {
-        self.manager.claim_finished(self.id);
         self.manager.batch_claimed(batch, sent);
         self.manager.subscriber_ready(self.id);
     }
@@ -203,7 +195,6 @@ impl Subscription {
     /// `time_next` like any sent row, however long the write takes. The subscriber stays busy
     /// (gets no other batch) until [`Subscription::ready`].
     pub fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>) {
-        self.manager.claim_finished(self.id);
         self.manager.batch_claimed(batch, sent);
     }
 
@@ -221,7 +212,6 @@ impl TableManager {
     pub fn start(
         definition: MessageTable,
         pool: Pool,
-        claim_pace: f64,
         stop: CancellationToken,
     ) -> Arc<TableManager> {
         let capacity = definition.options.cache_size;
@@ -238,8 +228,6 @@ impl TableManager {
                 poll_again: false,
                 changed_in_flight: HashMap::new(),
                 skipped: HashMap::new(),
-                pacer: ClaimPacer::new(claim_pace),
-                paced_until: None,
             }),
             kick: Notify::new(),
             poll_requested: AtomicBool::new(false),
@@ -342,7 +330,6 @@ impl TableManager {
             id,
             tx,
             busy: false,
-            handed_at: None,
         });
         // A new subscriber wants what is due now, not at the next tick.
         self.request_poll();
@@ -432,18 +419,6 @@ impl TableManager {
         self.kick.notify_one();
     }
 
-    /// The subscriber's claim is over (committed or not): the pacer learns how long it took.
-    fn claim_finished(&self, id: u64) {
-        let mut guard = self.lock();
-        let state = &mut *guard;
-        if let Some(s) = state.subscribers.iter_mut().find(|s| s.id == id) {
-            if let Some(at) = s.handed_at.take() {
-                let now = Instant::now();
-                state.pacer.claimed(now, now.duration_since(at));
-            }
-        }
-    }
-
     fn subscriber_ready(&self, id: u64) {
         if let Some(s) = self.lock().subscribers.iter_mut().find(|s| s.id == id) {
             s.busy = false;
@@ -468,10 +443,9 @@ impl TableManager {
         let mut next_tick = Instant::now();
         loop {
             let interval = self.definition().options.poller_interval;
-            let wake = [self.next_scheduled(), self.lock().paced_until]
-                .into_iter()
-                .flatten()
-                .fold(next_tick, Instant::min);
+            let wake = self
+                .next_scheduled()
+                .map_or(next_tick, |t| t.min(next_tick));
             tokio::select! {
                 _ = tokio::time::sleep_until(wake), if wake < next_tick => {}
                 _ = tokio::time::sleep_until(next_tick) => {
@@ -559,20 +533,8 @@ impl TableManager {
         }
         let n = state.subscribers.len();
         let mut idle_seen = false;
-        let paced_before = state.paced_until.take();
         for _ in 0..n {
             if state.cache.is_empty() {
-                break;
-            }
-            let now = Instant::now();
-            if let Some(at) = state.pacer.ready_at(now, state.cache.len(), batch_size) {
-                if state.subscribers.iter().any(|s| !s.busy) {
-                    idle_seen = true;
-                    if paced_before != Some(at) {
-                        self.stats.record_claim_wait();
-                    }
-                    state.paced_until = Some(at);
-                }
                 break;
             }
             let i = state.next % n;
@@ -587,8 +549,6 @@ impl TableManager {
             match sub.tx.try_send(batch) {
                 Ok(()) => {
                     sub.busy = true;
-                    sub.handed_at = Some(now);
-                    state.pacer.handed_out(now);
                     self.stats.record_claim();
                     // In flight until the subscriber reports back: never offered twice at once.
                     state.in_flight.extend(keys);

@@ -4,7 +4,6 @@ pub mod cache;
 pub mod engine;
 pub mod manager;
 pub mod options;
-pub mod pacing;
 pub mod poll;
 pub mod schedule;
 pub mod state;

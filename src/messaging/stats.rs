@@ -33,8 +33,6 @@ pub struct TableStats {
     purged: AtomicU64,
     /// Batches handed to a stream, each claimed in one transaction.
     claims: AtomicU64,
-    /// Times `--claim-pace` held due rows back before a hand-out.
-    claim_waits: AtomicU64,
     /// Delivery latency of first deliveries: non-cumulative counts per bucket of
     /// [`LATENCY_BUCKETS`], the last slot for `+Inf`.
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
@@ -51,7 +49,6 @@ pub struct StatsSnapshot {
     pub acked: u64,
     pub purged: u64,
     pub claims: u64,
-    pub claim_waits: u64,
     /// Cumulative counts per bucket of [`LATENCY_BUCKETS`], then `+Inf` (= the count).
     pub latency_cumulative: Vec<u64>,
     pub latency_sum_seconds: f64,
@@ -91,11 +88,6 @@ impl TableStats {
         self.claims.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The pacer held due rows back.
-    pub fn record_claim_wait(&self) {
-        self.claim_waits.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Rows deleted by the purger.
     pub fn record_purged(&self, rows: u64) {
         self.purged.fetch_add(rows, Ordering::Relaxed);
@@ -117,7 +109,6 @@ impl TableStats {
             acked: self.acked.load(Ordering::Relaxed),
             purged: self.purged.load(Ordering::Relaxed),
             claims: self.claims.load(Ordering::Relaxed),
-            claim_waits: self.claim_waits.load(Ordering::Relaxed),
             latency_cumulative,
             latency_sum_seconds: self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6,
         }

@@ -368,9 +368,6 @@ impl Registry {
             ("msgproxy_message_claims_total", Kind::Counter,
              "Batches handed to this proxy's streams, each claimed in one transaction (a durable commit on the server); msgproxy_message_sent_total / msgproxy_message_claims_total is the messages a claim carries.",
              |r, _| r.stats.claims.into()),
-            ("msgproxy_message_claim_waits_total", Kind::Counter,
-             "Times --claim-pace held due messages back so that the next claim carries more of them.",
-             |r, _| r.stats.claim_waits.into()),
         ];
         for (name, kind, help, field) in families {
             e.family(name, *kind, help);
