@@ -114,6 +114,11 @@ pub struct Opts {
     /// periodically does (messages are delivered as fast either way; only their acks wait).
     #[arg(long, default_value_t = 0.0)]
     pub ack_interval_ms: f64,
+    /// In the sustained messaging runs, let the producers insert straight into the server
+    /// instead of through msgproxy (the streams and acks still go through it): separates what
+    /// the proxy's hop costs the producers from what the queue costs the server.
+    #[arg(long)]
+    pub producers_direct: bool,
     /// vt_batch_size of the bench's message tables.
     #[arg(long, default_value_t = 100)]
     pub batch_size: usize,
@@ -490,10 +495,14 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
         o.connections,
         o.producers,
         o.consumers,
-        if o.ack_interval_ms > 0.0 {
-            format!(" acking at most every {} ms", o.ack_interval_ms)
-        } else {
-            String::new()
+        match (o.ack_interval_ms > 0.0, o.producers_direct) {
+            (false, false) => String::new(),
+            (true, false) => format!(" acking at most every {} ms", o.ack_interval_ms),
+            (false, true) => " (sustained runs: producers straight to the server)".to_string(),
+            (true, true) => format!(
+                " acking at most every {} ms (sustained runs: producers straight to the server)",
+                o.ack_interval_ms
+            ),
         },
         o.multi_rows,
         o.batch_size,
