@@ -601,7 +601,8 @@ pub async fn throughput(ctx: &mut Ctx) -> Result<(), String> {
             &samples,
             "rate",
             Unit::PerSec,
-            Some(0.8),
+            // The target is about delivered messages; without consumers there are none.
+            (ctx.opts.consumers > 0).then_some(0.8),
             "",
         );
         if let Some(ins) = samples.get("proxy", "inserted") {
