@@ -13,7 +13,7 @@ use crate::support::process::free_port;
 use crate::support::{eventually, opts, Cli, Failure, MariaDb, Proxy};
 
 /// `GET /metrics` on 127.0.0.1:`port`: the body, after checking the status and content type.
-pub(crate) async fn scrape(port: u16) -> String {
+async fn scrape(port: u16) -> String {
     let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap_or_else(|e| panic!("connect to the metrics port {port}: {e}"));
@@ -51,7 +51,7 @@ fn sample(page: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 }
 
 /// A per-table sample, which must be present.
-pub(crate) fn table_value(page: &str, name: &str, db: &str, table: &str) -> f64 {
+fn table_value(page: &str, name: &str, db: &str, table: &str) -> f64 {
     sample(page, name, &[("schema", db), ("table", table)])
         .unwrap_or_else(|| panic!("no {name} for {db}.{table} in:\n{page}"))
 }
