@@ -155,7 +155,8 @@ impl Layout {
         changes
     }
 
-    fn read_rows(&self, rows: &RowsEventData<'_>) -> Result<Vec<RowChange>, String> {
+    /// Whether this layout can read `rows` at all.
+    fn check_event(&self, rows: &RowsEventData<'_>) -> Result<(), String> {
         if matches!(rows, RowsEventData::PartialUpdateRowsEvent(_)) {
             return Err(
                 "partial JSON updates (MySQL's PARTIAL_UPDATE_ROWS_EVENT) are not read".into(),
@@ -168,6 +169,11 @@ impl Layout {
                 self.columns.len()
             ));
         }
+        Ok(())
+    }
+
+    fn read_rows(&self, rows: &RowsEventData<'_>) -> Result<Vec<RowChange>, String> {
+        self.check_event(rows)?;
         // Which columns each image holds (all of them with binlog_row_image=FULL), once per event.
         let before: Option<Vec<bool>> = rows
             .columns_before_image()
@@ -186,23 +192,12 @@ impl Layout {
                 Some(present) => Some(self.read_image(&mut data, present)?),
                 None => None,
             };
-            let old_key = match &old {
-                Some(image) => Some(self.key_in(image)?),
-                None => None,
-            };
-            match &new {
-                Some(image) => {
-                    let changed = self.changed_row_in(image)?;
-                    if let Some(k) = old_key.filter(|k| *k != changed.key) {
-                        out.push(RowChange::Deleted(k));
-                    }
-                    out.push(RowChange::Changed(changed));
-                }
-                None => match old_key {
-                    Some(k) => out.push(RowChange::Deleted(k)),
-                    None => return Err("a row with neither image".to_string()),
-                },
-            }
+            let old_key = old.as_ref().map(|image| self.key_in(image)).transpose()?;
+            let new = new
+                .as_ref()
+                .map(|image| self.changed_row_in(image))
+                .transpose()?;
+            push_row_change(&mut out, old_key, new)?;
         }
         Ok(out)
     }
@@ -282,18 +277,7 @@ impl Layout {
         rows: &RowsEventData<'_>,
         tme: &TableMapEvent<'_>,
     ) -> Result<Vec<RowChange>, String> {
-        if matches!(rows, RowsEventData::PartialUpdateRowsEvent(_)) {
-            return Err(
-                "partial JSON updates (MySQL's PARTIAL_UPDATE_ROWS_EVENT) are not read".into(),
-            );
-        }
-        if rows.num_columns() != self.columns.len() as u64 {
-            return Err(format!(
-                "the rows event has {} columns, its table map {}",
-                rows.num_columns(),
-                self.columns.len()
-            ));
-        }
+        self.check_event(rows)?;
         let before_cols = rows.columns_before_image();
         let after_cols = rows.columns_after_image();
         let before = |i: usize| image_index(before_cols.map(|b| b.iter().by_vals()), i);
@@ -301,23 +285,15 @@ impl Layout {
         let mut out = Vec::new();
         for row in rows.rows(tme) {
             let (old, new) = row.map_err(|e| format!("cannot decode a row: {e}"))?;
-            let old_key = match &old {
-                Some(image) => Some(self.key(image, &before)?),
-                None => None,
-            };
-            match &new {
-                Some(image) => {
-                    let changed = self.changed_row(image, &after)?;
-                    if let Some(k) = old_key.filter(|k| *k != changed.key) {
-                        out.push(RowChange::Deleted(k));
-                    }
-                    out.push(RowChange::Changed(changed));
-                }
-                None => match old_key {
-                    Some(k) => out.push(RowChange::Deleted(k)),
-                    None => return Err("a row with neither image".to_string()),
-                },
-            }
+            let old_key = old
+                .as_ref()
+                .map(|image| self.key(image, &before))
+                .transpose()?;
+            let new = new
+                .as_ref()
+                .map(|image| self.changed_row(image, &after))
+                .transpose()?;
+            push_row_change(&mut out, old_key, new)?;
         }
         Ok(out)
     }
@@ -385,6 +361,29 @@ fn image_index(present: Option<impl Iterator<Item = bool>>, col: usize) -> Optio
         }
     }
     None
+}
+
+/// What one row of a rows event changes, from its before image's key and its after image: an
+/// insert or update is the after image (preceded by a delete when the update changed the id), a
+/// delete the old key.
+fn push_row_change(
+    out: &mut Vec<RowChange>,
+    old_key: Option<Box<[u8]>>,
+    new: Option<ChangedRow>,
+) -> Result<(), String> {
+    match new {
+        Some(changed) => {
+            if let Some(k) = old_key.filter(|k| *k != changed.key) {
+                out.push(RowChange::Deleted(k));
+            }
+            out.push(RowChange::Changed(changed));
+        }
+        None => match old_key {
+            Some(k) => out.push(RowChange::Deleted(k)),
+            None => return Err("a row with neither image".to_string()),
+        },
+    }
+    Ok(())
 }
 
 /// A wanted column's value, or why the image cannot be used.
