@@ -13,6 +13,8 @@ use msgproxy::frontend::{Context, Server};
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal: a log file or journald gets plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("MSGPROXY_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),

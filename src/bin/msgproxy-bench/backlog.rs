@@ -240,7 +240,6 @@ async fn drain_run(
 fn logged_polls(log: &std::path::Path) -> Vec<f64> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     text.lines()
-        .map(strip_ansi)
         .filter(|l| l.contains("polled"))
         .filter_map(|l| {
             l.split_whitespace()
@@ -248,24 +247,6 @@ fn logged_polls(log: &std::path::Path) -> Vec<f64> {
                 .and_then(parse_debug_duration_ms)
         })
         .collect()
-}
-
-/// The line without terminal colour codes (`ESC [ ... m`).
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// `Duration`'s Debug form ("12.3ms", "850.1µs", "1.2s", "300ns") in ms.
@@ -286,7 +267,7 @@ fn parse_debug_duration_ms(s: &str) -> Option<f64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_debug_duration_ms, strip_ansi};
+    use super::parse_debug_duration_ms;
 
     #[test]
     fn debug_durations() {
@@ -294,9 +275,5 @@ mod tests {
         assert_eq!(parse_debug_duration_ms("1.5s"), Some(1500.0));
         assert_eq!(parse_debug_duration_ms("500µs"), Some(0.5));
         assert_eq!(parse_debug_duration_ms("nonsense"), None);
-        assert_eq!(
-            strip_ansi("\u{1b}[3melapsed\u{1b}[0m\u{1b}[2m=\u{1b}[0m1.2ms"),
-            "elapsed=1.2ms"
-        );
     }
 }

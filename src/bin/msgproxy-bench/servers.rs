@@ -429,8 +429,7 @@ impl Proxy {
                 .arg("--backend")
                 .arg(backend_url)
                 .current_dir(work)
-                .env("MSGPROXY_LOG", log_filter)
-                .env("NO_COLOR", "1");
+                .env("MSGPROXY_LOG", log_filter);
             let mut process = spawn_owned(cmd, work.join(format!("msgproxy-{tag}.log")))?;
             match wait_for_greeting(&mut process, port, "msgproxy", Duration::from_secs(20)) {
                 Ok(()) => return Ok(Proxy { process, port }),

@@ -145,8 +145,7 @@ impl Cluster {
                 .arg("--backend")
                 .arg(self.direct.url())
                 .current_dir(&self.work)
-                .env("MSGPROXY_LOG", &log)
-                .env("NO_COLOR", "1");
+                .env("MSGPROXY_LOG", &log);
             let log_file = self
                 .work
                 .join(format!("msgproxy-{}-{}.log", proxy_name(i), p.starts));
