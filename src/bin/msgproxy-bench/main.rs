@@ -94,6 +94,10 @@ pub struct Opts {
     /// innodb_buffer_pool_size of the throwaway server.
     #[arg(long, default_value = "1G")]
     pub buffer_pool: String,
+    /// A mariadbd option for the throwaway server (`--server-arg=--transaction-isolation=READ-COMMITTED`),
+    /// added after the bench's own; repeat for more. The header lists them.
+    #[arg(long = "server-arg", value_name = "OPTION", allow_hyphen_values = true)]
+    pub server_args: Vec<String>,
     /// Connections of the concurrent pass-through runs.
     #[arg(long, default_value_t = 32)]
     pub connections: usize,
@@ -288,6 +292,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
         flush_log_at_trx_commit: opts.flush_log_at_trx_commit,
         sync_binlog: opts.sync_binlog,
         log_file_size: "512M".into(),
+        extra_args: opts.server_args.clone(),
     };
     if opts.proxy_socket && opts.backend.is_some() {
         return Err("--proxy-socket needs the throwaway server (its socket is known)".into());
@@ -482,7 +487,11 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
     let o = &ctx.opts;
     format!(
         "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}{}{}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers{}, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}",
-        if server.is_some() { "throwaway" } else { "--backend" },
+        match server {
+            Some(_) if !o.server_args.is_empty() => format!("throwaway, with {}", o.server_args.join(" ")),
+            Some(_) => "throwaway".into(),
+            None => "--backend".into(),
+        },
         ctx.proxy_bin.display(),
         proxy_settings_from_env(),
         if o.proxy_socket {

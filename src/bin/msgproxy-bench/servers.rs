@@ -214,6 +214,9 @@ pub struct ServerSettings {
     pub sync_binlog: u32,
     /// innodb_log_file_size.
     pub log_file_size: String,
+    /// More mariadbd options (`--name=value`), after msgproxy's own: experiments with the
+    /// server's settings (isolation level, group commit) without editing the bench.
+    pub extra_args: Vec<String>,
 }
 
 /// A throwaway MariaDB: its own data dir, port and row-based binlog.
@@ -323,7 +326,8 @@ pub fn launch_mariadb(
             settings.flush_log_at_trx_commit
         ))
         .arg(format!("--sync-binlog={}", settings.sync_binlog))
-        .args(innodb_args(settings));
+        .args(innodb_args(settings))
+        .args(&settings.extra_args);
     if is_root() {
         cmd.arg("--user=root");
     }

@@ -52,6 +52,7 @@ impl Cluster {
             flush_log_at_trx_commit: 1,
             sync_binlog: 1,
             log_file_size: "64M".into(),
+            extra_args: Vec::new(),
         };
         let (server, direct) = match backend {
             Some(url) => (None, Target::parse(url)?),
