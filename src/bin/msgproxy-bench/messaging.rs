@@ -702,8 +702,11 @@ async fn throughput_run(
         let get = |m: &[(String, f64)]| m.iter().find(|(n, _)| n == name).map_or(0.0, |v| v.1);
         (get(&status1) - get(&status0)) / secs
     };
+    // What the durable commits cost the disk, per row the producers inserted: where the server
+    // is short of fsyncs rather than CPU, these say why (BENCHMARKS.md, fourth round).
+    let inserted_per_sec = ((ins1 - ins0) as f64 / secs).max(1.0);
     let cpu = format!(
-        "{cpu}; server per second: {:.0} SELECT, {:.0} UPDATE, {:.0} INSERT, {:.0} COMMIT, {:.0} rows read, {:.1} new connections, {:.0} transactions in {:.0} group commits",
+        "{cpu}; server per second: {:.0} SELECT, {:.0} UPDATE, {:.0} INSERT, {:.0} COMMIT, {:.0} rows read, {:.1} new connections, {:.0} transactions in {:.0} group commits, {:.0} InnoDB fsyncs; per row inserted: {:.0} B of binlog, {:.0} B of redo log",
         per_sec("Com_select"),
         per_sec("Com_update"),
         per_sec("Com_insert"),
@@ -712,6 +715,9 @@ async fn throughput_run(
         per_sec("Connections"),
         per_sec("Binlog_commits"),
         per_sec("Binlog_group_commits"),
+        per_sec("Innodb_data_fsyncs"),
+        per_sec("Binlog_bytes_written") / inserted_per_sec,
+        per_sec("Innodb_os_log_written") / inserted_per_sec,
     );
     while let Some(r) = producers.join_next().await {
         r.map_err(|e| format!("producer task: {e}"))??;
@@ -739,7 +745,7 @@ async fn throughput_run(
 /// The server's statement and row counters (global status), for "what did the server do".
 async fn server_counters(c: &mut Conn) -> Result<Vec<(String, f64)>, String> {
     let rows = c
-        .query_rows("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select', 'Com_update', 'Com_insert', 'Com_commit', 'Rows_read', 'Connections', 'Binlog_commits', 'Binlog_group_commits')")
+        .query_rows("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select', 'Com_update', 'Com_insert', 'Com_commit', 'Rows_read', 'Connections', 'Binlog_commits', 'Binlog_group_commits', 'Binlog_bytes_written', 'Innodb_data_fsyncs', 'Innodb_os_log_written')")
         .await
         .map_err(|e| format!("SHOW GLOBAL STATUS: {e}"))?;
     Ok(rows
