@@ -420,3 +420,91 @@ async fn hostile_random_packets_leave_the_proxy_serving() {
             .unwrap_or_default()
     );
 }
+
+/// Oversized and stalled packets: a header announcing 16 MiB before login is refused at once
+/// (not buffered); a command begun after login and then left unfinished closes the session
+/// after `net_read_timeout`; an ACK longer than msgproxy reads whole is refused with error 1153
+/// after its packets, and the session goes on.
+#[tokio::test]
+async fn hostile_oversized_and_stalled_packets_are_cut_off() {
+    let server = MariaDb::shared();
+    let proxy = Proxy::start(&server.backend_url(), &[], Some("net_read_timeout = 1\n"));
+    let port = proxy.port();
+
+    // Before login (handshake_timeout is the default 10 s): closed well before that.
+    let mut s = TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    let mut buf = vec![0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+    let started = Instant::now();
+    s.write_all(b"\xff\xff\xff\x01abc").await.expect("send");
+    let closed = loop {
+        match tokio::time::timeout(Duration::from_secs(8), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break true,
+            Ok(Ok(_)) => continue,
+            Err(_) => break false,
+        }
+    };
+    assert!(
+        closed && started.elapsed() < Duration::from_secs(5),
+        "a 16 MiB handshake header: closed {closed} after {:?}",
+        started.elapsed()
+    );
+    assert_healthy(&proxy, "a 16 MiB handshake header, connection left open").await;
+
+    // After login: a 16 MiB COM_QUERY header and 7 bytes, then silence with the socket open.
+    let mut c = within(
+        10,
+        "raw login",
+        RawConn::connect(port, "root", "", Some("test")),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("raw login: {e:?}"));
+    c.write_raw(b"\xff\xff\xff\x00\x03SELECT")
+        .await
+        .expect("send");
+    c.expect_seq(1);
+    let started = Instant::now();
+    let got = c.read_packet_timeout(Duration::from_secs(15)).await;
+    let took = started.elapsed();
+    assert!(
+        got.is_err() && took < Duration::from_secs(10),
+        "net_read_timeout = 1: the stalled session should be closed, got {got:02x?} after {took:?}"
+    );
+    c.abandon();
+    assert_healthy(&proxy, "a command begun and left unfinished").await;
+
+    // An ACK of 40 MiB: three physical packets, refused after the last of them.
+    let mut c = within(
+        10,
+        "raw login",
+        RawConn::connect(port, "root", "", Some("test")),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("raw login: {e:?}"));
+    let mut ack = b"ACK m 1".to_vec();
+    while ack.len() < 40 << 20 {
+        ack.extend_from_slice(b", 1");
+    }
+    within(30, "send a 40 MiB ACK", c.send_command(COM_QUERY, &ack))
+        .await
+        .expect("send the ACK");
+    // The answer follows the client's three packets: sequence id 3 (checked by read_packet).
+    let got = within(30, "the ACK's answer", c.read_packet())
+        .await
+        .expect("an answer to the long ACK");
+    match crate::support::raw::parse_err(&got) {
+        crate::support::raw::RawError::Server { code, state, .. } => {
+            assert_eq!((code, state.as_str()), (1153, "08S01"), "a 40 MiB ACK")
+        }
+        other => panic!("a 40 MiB ACK: expected error 1153, got {other:?}"),
+    }
+    let rows = within(10, "SELECT 1 after the long ACK", c.query("SELECT 1")).await;
+    assert!(
+        rows.is_ok(),
+        "after the refused ACK the session goes on: {rows:02x?}"
+    );
+    c.abandon();
+    assert_healthy(&proxy, "a 40 MiB ACK").await;
+}

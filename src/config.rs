@@ -73,6 +73,9 @@ pub struct FileConfig {
     pub threads: Option<usize>,
     /// Seconds the proxy waits to reach the backend before telling the client it cannot.
     pub backend_connect_timeout: Option<f64>,
+    /// Seconds a client may pause in the middle of sending a packet (the server's
+    /// `net_read_timeout`).
+    pub net_read_timeout: Option<f64>,
     /// Seconds a client has to finish the handshake.
     pub handshake_timeout: Option<f64>,
     /// The users clients log in as. The proxy checks their passwords itself.
@@ -256,6 +259,8 @@ pub struct Config {
     pub threads: usize,
     pub backend_connect_timeout: Duration,
     pub handshake_timeout: Duration,
+    /// Longest pause in the middle of a client's packet before the session is closed.
+    pub net_read_timeout: Duration,
     /// Empty means "root with an empty password", allowed only on a loopback address.
     pub users: Vec<User>,
     pub tls: Option<TlsSettings>,
@@ -374,6 +379,7 @@ impl Config {
                 "backend_connect_timeout",
             )?,
             handshake_timeout: seconds(file.handshake_timeout, 10.0, "handshake_timeout")?,
+            net_read_timeout: seconds(file.net_read_timeout, 30.0, "net_read_timeout")?,
             users,
             tls,
             require_tls,

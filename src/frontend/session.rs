@@ -18,6 +18,22 @@ use crate::protocol::wire::{self, ErrorPacket, Reader};
 use crate::relay::{Relay, RelayError, ResponseKind};
 use crate::sql::{self, Action};
 
+/// The most of one statement (COM_QUERY) the proxy joins in memory to read it whole: what
+/// msgproxy answers itself (STREAM, ACK) must fit; anything longer is streamed to the server
+/// without being held (so memory per session stays bounded whatever a client sends).
+const JOIN_LIMIT: usize = 2 * MAX_PAYLOAD;
+
+/// A statement of 16 MiB or more, as [`Session::join_continuation`] read it.
+enum Joined {
+    /// All of it: re-framed, and its payload.
+    Whole {
+        raw: bytes::BytesMut,
+        payload: bytes::BytesMut,
+    },
+    /// Its first physical packets, unchanged; the rest is still unread.
+    TooLong { packets: Vec<bytes::BytesMut> },
+}
+
 /// A logged-in client and its backend connection.
 pub struct Session<S> {
     pub(super) ctx: Arc<Context>,
@@ -93,6 +109,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     pub async fn run(mut self) {
+        // A command begun and then left unfinished would otherwise hold this session, its
+        // backend connection and the buffer for its announced length for good.
+        self.client
+            .set_idle_timeout(Some(self.ctx.config.net_read_timeout));
         let end = self.command_loop().await;
         let peer = self.peer;
         match &end {
@@ -172,9 +192,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .map_err(SessionEnd::Client)?;
         let (raw, joined) = if first.len() == 4 + MAX_PAYLOAD && first.get(4) == Some(&COM_QUERY) {
             // A statement of 16 MiB or more: the proxy may need all of it (a long ACK list),
-            // so join it here; it is re-split when sent on.
-            let (raw, payload) = self.join_continuation(first).await?;
-            (raw, Some(payload))
+            // so join it here, up to JOIN_LIMIT; it is re-split when sent on.
+            match self.join_continuation(first).await? {
+                Joined::Whole { raw, payload } => (raw, Some(payload)),
+                Joined::TooLong { packets } => return self.relay_long_statement(packets).await,
+            }
         } else {
             (first, None)
         };
@@ -259,11 +281,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 }
                 return Ok(());
             }
+            COM_CHANGE_USER if raw.len() == 4 + MAX_PAYLOAD => {
+                return self
+                    .refuse_long_command(
+                        &raw,
+                        ErrorPacket::new(
+                            ER_UNKNOWN_COM_ERROR,
+                            "08S01",
+                            "Malformed COM_CHANGE_USER packet (16 MiB or more)",
+                        ),
+                    )
+                    .await;
+            }
             COM_CHANGE_USER => return self.change_user(&raw[4..]).await,
             COM_BINLOG_DUMP | COM_BINLOG_DUMP_GTID | COM_REGISTER_SLAVE | COM_TABLE_DUMP
             | COM_CONNECT_OUT => {
                 return self
-                    .reply_error(ErrorPacket::new(
+                    .refuse_long_command(&raw, ErrorPacket::new(
                         ER_UNKNOWN_COM_ERROR,
                         "08S01",
                         "Replication commands are not supported through msgproxy; connect replicas to the server directly",
@@ -275,7 +309,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 // The proxy answers these itself, over the text protocol only; the server would
                 // say "syntax error", which is not the reason.
                 return self
-                    .reply_error(ErrorPacket::new(
+                    .refuse_long_command(&raw, ErrorPacket::new(
                         ER_UNSUPPORTED_PS,
                         "HY000",
                         "STREAM, ACK, SET workload and SHOW MESSAGE TABLES are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
@@ -335,26 +369,73 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     /// Reads the physical packets that continue `first` and returns the whole logical packet,
-    /// re-framed (header of the first packet, payload of all).
-    async fn join_continuation(
-        &mut self,
-        first: bytes::BytesMut,
-    ) -> Result<(bytes::BytesMut, bytes::BytesMut), SessionEnd> {
-        let mut payload = first;
-        let header = payload.split_to(4);
+    /// re-framed (header of the first packet, payload of all) — or, past [`JOIN_LIMIT`], the
+    /// physical packets read so far, unchanged, with the rest of the statement still unread.
+    async fn join_continuation(&mut self, first: bytes::BytesMut) -> Result<Joined, SessionEnd> {
+        let mut packets = vec![first];
         let mut len = MAX_PAYLOAD;
         while len == MAX_PAYLOAD {
-            let mut next = self
+            if packets.len() * MAX_PAYLOAD >= JOIN_LIMIT {
+                return Ok(Joined::TooLong { packets });
+            }
+            let next = self
                 .client
                 .next_raw_packet()
                 .await
                 .map_err(SessionEnd::Client)?;
             len = parse_header(&next).0;
-            payload.unsplit(next.split_off(4));
+            packets.push(next);
         }
-        let mut raw = bytes::BytesMut::with_capacity(payload.len() + 8);
-        crate::protocol::packet::encode_packet(&mut raw, header[3], &payload);
-        Ok((raw, payload))
+        let mut payload = bytes::BytesMut::with_capacity(packets.len() * MAX_PAYLOAD);
+        for p in &packets {
+            payload.extend_from_slice(&p[4..]);
+        }
+        let mut raw = bytes::BytesMut::with_capacity(payload.len() + 8 * packets.len());
+        crate::protocol::packet::encode_packet(&mut raw, packets[0][3], &payload);
+        Ok(Joined::Whole { raw, payload })
+    }
+
+    /// A statement longer than [`JOIN_LIMIT`]: the proxy never holds it whole. It is classified
+    /// by its first 16 MiB; anything for the server (a bulk INSERT, say) is streamed on as it
+    /// arrives and its answer relayed, exactly as a direct connection would see it. A statement
+    /// msgproxy answers itself (a giant ACK list) is read to its end, dropped, and refused.
+    async fn relay_long_statement(
+        &mut self,
+        packets: Vec<bytes::BytesMut>,
+    ) -> Result<(), SessionEnd> {
+        let Some((last, before)) = packets.split_last() else {
+            return Ok(());
+        };
+        let head = &packets[0][5..];
+        let classification = sql::classify(head);
+        self.ctx.metrics.statement(classification.keyword);
+        if classification.action == Action::Virtual {
+            let err = ErrorPacket::new(
+                ER_NET_PACKET_TOO_LARGE,
+                "08S01",
+                format!(
+                    "msgproxy reads STREAM and ACK statements of at most {} MiB; acknowledge in several ACK statements",
+                    JOIN_LIMIT >> 20
+                ),
+            );
+            return self.refuse_long_command(last, err).await;
+        }
+        let backend = self.backend.conn.get_mut();
+        for p in before {
+            backend.write_all(p).await.map_err(SessionEnd::Backend)?;
+        }
+        // The last packet read is a full one: this streams the rest of the statement.
+        self.send_to_backend(last).await?;
+        self.relay
+            .forward_response(
+                ResponseKind::Results,
+                &mut self.client,
+                &mut self.backend.conn,
+            )
+            .await?;
+        let head = &packets[0][5..];
+        self.after_relayed_statement(head, classification).await;
+        Ok(())
     }
 
     /// Whether the session agreed on CLIENT_DEPRECATE_EOF (shapes every result set).
@@ -386,6 +467,36 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     /// Answers the current command with an error of the proxy's own; the session goes on.
+    /// Refuses a command the proxy answers itself. If its packet is a full 16 MiB one, the
+    /// packets that continue it are read and dropped first (else they would be taken for the
+    /// next commands), and the error follows the last of them in sequence.
+    async fn refuse_long_command(
+        &mut self,
+        raw: &[u8],
+        err: ErrorPacket,
+    ) -> Result<(), SessionEnd> {
+        let (mut len, mut seq) = parse_header(raw);
+        if raw.len() != 4 + MAX_PAYLOAD {
+            len = 0;
+        }
+        while len == MAX_PAYLOAD {
+            let next = self
+                .client
+                .next_raw_packet()
+                .await
+                .map_err(SessionEnd::Client)?;
+            (len, seq) = parse_header(&next);
+        }
+        write_packet(
+            self.client.get_mut(),
+            seq.wrapping_add(1),
+            &err.encode(true),
+        )
+        .await
+        .map(|_| ())
+        .map_err(SessionEnd::Client)
+    }
+
     pub(super) async fn reply_error(&mut self, err: ErrorPacket) -> Result<(), SessionEnd> {
         write_packet(self.client.get_mut(), 1, &err.encode(true))
             .await

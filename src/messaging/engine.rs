@@ -254,7 +254,9 @@ impl Engine {
             )
             .await?;
         // Indexes that start with time_next, for the poller (see `poll`).
-        let index_rows: Vec<(String, String, String, u32, String)> = conn
+        // COLUMN_NAME is NULL for an index part that is an expression (MySQL's functional
+        // indexes): such a part is no column, and no poller index.
+        let index_rows: Vec<(String, String, String, u32, Option<String>)> = conn
             .query(
                 "SELECT s.TABLE_SCHEMA, s.TABLE_NAME, s.INDEX_NAME, s.SEQ_IN_INDEX, s.COLUMN_NAME \
                  FROM information_schema.STATISTICS s JOIN information_schema.TABLES t \
@@ -265,6 +267,9 @@ impl Engine {
             .await?;
         let mut indexes: HashMap<TableKey, Vec<(String, u32, String)>> = HashMap::new();
         for (schema, name, index, position, column) in index_rows {
+            let Some(column) = column else {
+                continue;
+            };
             indexes
                 .entry((schema, name))
                 .or_default()

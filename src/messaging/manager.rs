@@ -492,12 +492,16 @@ impl TableManager {
         }
         let manager = self.clone();
         tokio::spawn(async move {
+            // Cleared however the job ends, a panic included: a job that died must not leave
+            // its flag set and so stop every later poll (or purge) of the table.
+            let _running = JobRunning {
+                manager: manager.clone(),
+                job,
+            };
             match job {
                 Job::Poll => manager.poll().await,
                 Job::Purge => manager.purge().await,
             }
-            manager.running(job).store(false, Ordering::Release);
-            manager.kick.notify_one();
         });
     }
 
@@ -722,5 +726,21 @@ fn value_bytes(v: Value) -> Option<Box<[u8]>> {
         Value::Int(i) => Some(i.to_string().into_bytes().into_boxed_slice()),
         Value::UInt(u) => Some(u.to_string().into_bytes().into_boxed_slice()),
         _ => None,
+    }
+}
+
+/// Marks a poll or purge of one table as running while it lives; dropping it (at the job's
+/// end, or while a panic unwinds) clears the mark and wakes the manager's loop.
+struct JobRunning {
+    manager: Arc<TableManager>,
+    job: Job,
+}
+
+impl Drop for JobRunning {
+    fn drop(&mut self) {
+        self.manager
+            .running(self.job)
+            .store(false, Ordering::Release);
+        self.manager.kick.notify_one();
     }
 }

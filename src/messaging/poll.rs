@@ -29,7 +29,8 @@
 //! to the next priority until it has enough. Rows with a NULL priority count as priority 0.
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Value};
+use mysql_async::{from_row_opt, from_value_opt, Conn, Row, Value};
+use tracing::warn;
 
 use super::state;
 use super::table::MessageTable;
@@ -42,6 +43,32 @@ const MAX_PRIORITY_GROUPS: usize = 64;
 
 /// A polled row: id key, priority, time_next (0 for NULL).
 pub type PolledRow = (Value, i64, i64);
+
+/// Runs a poll query and reads its rows as [`PolledRow`]s. A row whose priority or
+/// `time_next` does not fit an `i64` (a `bigint unsigned` column past 2^63) is left out with a
+/// warning rather than converted by a panicking `FromRow`: the claim and the next polls still
+/// see it, and the server's data cannot stop the poller.
+async fn polled_rows(
+    conn: &mut Conn,
+    sql: &str,
+    def: &MessageTable,
+) -> Result<Vec<PolledRow>, mysql_async::Error> {
+    let rows: Vec<Row> = conn.query(sql).await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| match from_row_opt::<PolledRow>(row) {
+            Ok(polled) => Some(polled),
+            Err(e) => {
+                warn!(
+                    "{}: a polled row's priority or time_next is not a 64-bit integer; skipping it: {:?}",
+                    def.qualified(),
+                    e.0
+                );
+                None
+            }
+        })
+        .collect())
+}
 
 /// Due rows now (in sending order, at most `cache_size`) and rows due by `horizon`. A
 /// `thorough` poll also finds sent rows whose `time_next` was set to NULL (see the module doc).
@@ -58,13 +85,13 @@ pub async fn due_and_soon(
     let queries = unprioritized_queries(def, now, horizon, thorough);
     let limit = def.options.cache_size;
     // Together the two parts are exactly `state::due_sql`: NULL, or `<= now`.
-    let mut due: Vec<PolledRow> = conn.query(&queries.never_scheduled).await?;
+    let mut due = polled_rows(conn, &queries.never_scheduled, def).await?;
     if due.len() < limit {
-        let scheduled: Vec<PolledRow> = conn.query(&queries.scheduled).await?;
+        let scheduled = polled_rows(conn, &queries.scheduled, def).await?;
         due.extend(scheduled);
         due.truncate(limit);
     }
-    let soon = conn.query(&queries.soon).await?;
+    let soon = polled_rows(conn, &queries.soon, def).await?;
     Ok((due, soon))
 }
 
@@ -140,7 +167,7 @@ async fn by_priority(
                         due_cond = state::due_sql(now),
                         n = limit - due_here,
                     );
-                    let rows: Vec<PolledRow> = conn.query(sql).await?;
+                    let rows = polled_rows(conn, &sql, def).await?;
                     due_here += rows.len();
                     due.extend(rows);
                 }
@@ -149,7 +176,7 @@ async fn by_priority(
                         "SELECT {key}, COALESCE(`priority`, 0), `time_next` FROM {table} WHERE {acked} AND {group} AND `time_next` > {now} AND `time_next` <= {horizon} ORDER BY `time_next` LIMIT {n}",
                         n = limit - soon_here,
                     );
-                    let rows: Vec<PolledRow> = conn.query(sql).await?;
+                    let rows = polled_rows(conn, &sql, def).await?;
                     soon_here += rows.len();
                     soon.extend(rows);
                 }
@@ -162,12 +189,13 @@ async fn by_priority(
             let above = last
                 .map(|p| format!(" AND `priority` > {p}"))
                 .unwrap_or_default();
-            let next: Option<Option<i64>> = conn
+            let next: Option<Value> = conn
                 .query_first(format!(
                     "SELECT MIN(`priority`) FROM {table} WHERE {acked}{above}"
                 ))
                 .await?;
-            match next.flatten() {
+            // NULL (no more priorities) or past i64 (`bigint unsigned`): the walk ends here.
+            match next.and_then(|v| from_value_opt::<Option<i64>>(v).ok().flatten()) {
                 Some(p) => {
                     groups.push(format!("`priority` = {p}"));
                     last = Some(p);

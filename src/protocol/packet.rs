@@ -5,6 +5,8 @@
 //! packets around unchanged, so this module deals in physical packets and leaves reassembly to the
 //! few callers that need a whole logical packet (the handshake).
 
+use std::time::Duration;
+
 use bytes::{Buf, BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -20,6 +22,8 @@ pub const HEADER_LEN: usize = 4;
 pub struct PacketReader<R> {
     inner: R,
     buf: BytesMut,
+    /// Longest wait for more bytes of something already begun (see [`PacketReader::fill_to`]).
+    idle_timeout: Option<Duration>,
 }
 
 /// One physical packet: its sequence id and payload (the header is not included).
@@ -41,7 +45,16 @@ impl<R> PacketReader<R> {
         PacketReader {
             inner,
             buf: BytesMut::with_capacity(16 * 1024),
+            idle_timeout: None,
         }
+    }
+
+    /// Bounds how long [`PacketReader::fill_to`] waits for more bytes once some of what it waits
+    /// for has arrived (a packet begun, then silence), like the server's `net_read_timeout`.
+    /// Waiting for the first byte of the next packet is not bounded: an idle client is not a
+    /// stuck one.
+    pub fn set_idle_timeout(&mut self, timeout: Option<Duration>) {
+        self.idle_timeout = timeout;
     }
 
     pub fn get_mut(&mut self) -> &mut R {
@@ -79,11 +92,26 @@ impl<R: AsyncRead + Unpin> PacketReader<R> {
         self.inner.read_buf(&mut self.buf).await
     }
 
-    /// Makes sure at least `n` bytes are buffered. Fails with `UnexpectedEof` if the stream ends first.
+    /// Makes sure at least `n` bytes are buffered. Fails with `UnexpectedEof` if the stream ends
+    /// first, and with `TimedOut` if, with some bytes already buffered, none arrive within the
+    /// idle timeout.
     pub async fn fill_to(&mut self, n: usize) -> std::io::Result<()> {
         while self.buf.len() < n {
             self.buf.reserve(n - self.buf.len());
-            if self.inner.read_buf(&mut self.buf).await? == 0 {
+            let begun = !self.buf.is_empty();
+            let read = self.inner.read_buf(&mut self.buf);
+            let got = match self.idle_timeout {
+                Some(limit) if begun => {
+                    tokio::time::timeout(limit, read).await.map_err(|_| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("a packet was begun and then nothing came for {limit:?}"),
+                        )
+                    })??
+                }
+                _ => read.await?,
+            };
+            if got == 0 {
                 return Err(std::io::ErrorKind::UnexpectedEof.into());
             }
         }
@@ -113,22 +141,36 @@ impl<R: AsyncRead + Unpin> PacketReader<R> {
     }
 
     /// Reads a whole logical packet (joining continuation packets); returns the last sequence id.
+    ///
+    /// `limit` bounds the joined payload, and it is checked against each physical packet's
+    /// header before that packet's body is read or buffer space reserved for it: a peer that
+    /// announces 16 MiB before logging in gets an error, not 16 MiB of the proxy's memory.
     pub async fn next_logical_packet(&mut self, limit: usize) -> std::io::Result<Packet> {
-        let mut first = self.next_packet().await?;
-        let mut more = first.continues();
-        while more {
-            let next = self.next_packet().await?;
-            if first.payload.len() + next.payload.len() > limit {
+        let mut joined: Option<Packet> = None;
+        loop {
+            let (len, _) = self.peek_header().await?;
+            let so_far = joined.as_ref().map_or(0, |p| p.payload.len());
+            if so_far.saturating_add(len) > limit {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
-                    "packet larger than allowed",
+                    format!("packet larger than the {limit} bytes allowed here"),
                 ));
             }
-            more = next.continues();
-            first.seq = next.seq;
-            first.payload.unsplit(next.payload);
+            let next = self.next_packet().await?;
+            let more = next.continues();
+            let packet = match joined.take() {
+                None => next,
+                Some(mut first) => {
+                    first.seq = next.seq;
+                    first.payload.unsplit(next.payload);
+                    first
+                }
+            };
+            if !more {
+                return Ok(packet);
+            }
+            joined = Some(packet);
         }
-        Ok(first)
     }
 }
 
@@ -186,6 +228,54 @@ mod tests {
         let p = reader.next_packet().await.unwrap();
         assert_eq!((p.seq, p.payload.len()), (1, 0));
         writer.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn logical_packet_limit_is_checked_before_the_body_is_read() {
+        // Only the header of an announced 16 MiB packet arrives: the limit must refuse it at
+        // once rather than wait for (and buffer) the body.
+        let header = [0xff, 0xff, 0xff, 0x01];
+        let (client, mut server) = tokio::io::duplex(64);
+        server.write_all(&header).await.unwrap();
+        let mut reader = PacketReader::new(client);
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            reader.next_logical_packet(64 * 1024),
+        )
+        .await
+        .expect("refused without waiting for the body");
+        let err = read.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        assert!(
+            reader.buf.capacity() < 1024 * 1024,
+            "no room reserved for the body"
+        );
+        drop(server);
+
+        // A payload of exactly the limit passes; one byte more does not.
+        let mut wire = BytesMut::new();
+        encode_packet(&mut wire, 0, &[1u8; 100]);
+        let mut reader = PacketReader::new(&wire[..]);
+        assert_eq!(
+            reader.next_logical_packet(100).await.unwrap().payload.len(),
+            100
+        );
+        let mut reader = PacketReader::new(&wire[..]);
+        assert!(reader.next_logical_packet(99).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_begun_packet_that_stalls_times_out_an_idle_reader_does_not() {
+        let (client, mut server) = tokio::io::duplex(64);
+        let mut reader = PacketReader::new(client);
+        reader.set_idle_timeout(Some(Duration::from_millis(100)));
+        // Nothing sent: waiting for the next packet is not bounded by the idle timeout.
+        let idle = tokio::time::timeout(Duration::from_millis(500), reader.peek_header());
+        assert!(idle.await.is_err(), "an idle reader keeps waiting");
+        // A header announcing 10 bytes, then 3 of them, then silence.
+        server.write_all(&[10, 0, 0, 0, 1, 2, 3]).await.unwrap();
+        let err = reader.next_packet().await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     }
 
     #[tokio::test]
