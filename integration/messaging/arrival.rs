@@ -330,6 +330,39 @@ async fn priority_then_oldest_first() {
     );
 }
 
+/// More distinct priorities with unacked rows than one poll walks index range by index range
+/// (64): a row above them that becomes due by time (the poller's job: no binlog event marks
+/// that moment) is still found and sent.
+#[tokio::test]
+async fn a_due_row_above_many_priorities_is_polled() {
+    let env = Env::new("msg_manyprio").await;
+    env.ddl(&format!(
+        "create table manyprio(id bigint primary key, priority int, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(10)) comment '{}'",
+        comment("30", 1, "0.5", "")
+    ))
+    .await;
+    let now = now_ns();
+    // 70 priorities, each with a row sent once and waiting for its ack (due in an hour).
+    let waiting: Vec<String> = (0..70)
+        .map(|p| format!("({}, {p}, {}, 1, 'wait')", p + 1, now + 3600 * SEC))
+        .collect();
+    env.direct(&format!(
+        "insert into manyprio(id, priority, time_next, epoch, message) values {}",
+        waiting.join(", ")
+    ))
+    .await;
+    // Above them, a row that becomes due in 3 s: beyond any schedule made when it was written.
+    env.direct(&format!(
+        "insert into manyprio(id, priority, time_next, epoch, message) values (1000, 100, {}, 1, 'due')",
+        now + 3 * SEC
+    ))
+    .await;
+    let mut stream = env.stream("manyprio").await;
+    let got = stream.recv_n(1, secs(10.0)).await;
+    assert_eq!(ids(&got), vec![1000], "the row at priority 100 once due");
+}
+
 /// MESSAGING.md §2: `time_acked = 0` is unacked (sent, never purged until acked); `time_next`
 /// NULL or 0 is due now; `epoch` NULL is 0 — also for rows inserted while no stream listens.
 #[tokio::test]

@@ -38,7 +38,8 @@ use super::table::MessageTable;
 /// How often (in polls) the poller also looks for sent rows whose `time_next` was set to NULL.
 pub const THOROUGH_EVERY: u64 = 10;
 
-/// Most distinct priorities one poll walks through per `time_acked` value.
+/// Most distinct priorities one poll walks through per `time_acked` value, one index range
+/// each; the priorities above them are read with one sorting query.
 const MAX_PRIORITY_GROUPS: usize = 64;
 
 /// A polled row: id key, priority, time_next (0 for NULL).
@@ -181,8 +182,31 @@ async fn by_priority(
                     soon.extend(rows);
                 }
             }
-            if due_here >= limit || scanned >= MAX_PRIORITY_GROUPS {
+            if due_here >= limit {
                 // Enough for this poll; the schedule of sent rows and the next poll cover the rest.
+                break;
+            }
+            if scanned >= MAX_PRIORITY_GROUPS {
+                // More distinct priorities than one poll walks, each with unacked rows: the
+                // rest in one query each for due and soon rows. It may sort, but only tables
+                // with this many priorities pay for it, and without it a due row above them
+                // would never be polled (nor redelivered) while the lower ones stay unacked.
+                if let Some(p) = last {
+                    let above = format!("`priority` > {p}");
+                    let sql = format!(
+                        "SELECT {key}, `priority`, COALESCE(`time_next`, 0) FROM {table} WHERE {acked} AND {above} AND {due_cond} ORDER BY `priority`, `time_next` LIMIT {n}",
+                        due_cond = state::due_sql(now),
+                        n = limit - due_here,
+                    );
+                    due.extend(polled_rows(conn, &sql, def).await?);
+                    if soon_here < limit {
+                        let sql = format!(
+                            "SELECT {key}, `priority`, `time_next` FROM {table} WHERE {acked} AND {above} AND `time_next` > {now} AND `time_next` <= {horizon} ORDER BY `time_next` LIMIT {n}",
+                            n = limit - soon_here,
+                        );
+                        soon.extend(polled_rows(conn, &sql, def).await?);
+                    }
+                }
                 break;
             }
             scanned += 1;
