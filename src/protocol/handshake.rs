@@ -30,6 +30,17 @@ pub struct BackendGreeting {
 
 impl BackendGreeting {
     pub fn parse(payload: &[u8]) -> std::io::Result<BackendGreeting> {
+        // mysql_common computes `len as i8 - 8` from the auth-plugin-data length byte, which
+        // overflows (a panic in debug builds) for 0x80..=0x87. Servers send 21; anything from
+        // 0x80 up is no greeting of a server we can talk to.
+        if let Some(&len) = auth_data_len_byte(payload) {
+            if len >= 0x80 {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("malformed greeting: auth-plugin-data length {len}"),
+                ));
+            }
+        }
         let p = HandshakePacket::deserialize((), &mut ParseBuf(payload))?;
         if p.protocol_version() != 10 {
             return Err(std::io::Error::new(
@@ -58,6 +69,14 @@ impl BackendGreeting {
             },
         })
     }
+}
+
+/// The greeting's auth-plugin-data length byte: after the protocol version, the NUL-terminated
+/// server version, and 20 fixed bytes (connection id, first nonce part, filler, capabilities,
+/// collation, status, upper capabilities).
+fn auth_data_len_byte(payload: &[u8]) -> Option<&u8> {
+    let nul = payload.get(1..)?.iter().position(|&b| b == 0)? + 1;
+    payload.get(nul + 21)
 }
 
 /// The greeting the proxy sends to a client.
@@ -239,6 +258,33 @@ mod tests {
             auth_plugin: Some(b"mysql_native_password"),
             connect_attrs: Some(&[4, 1, b'a', 1, b'b']),
             mariadb_capabilities: 8,
+        }
+    }
+
+    #[test]
+    fn greeting_with_an_overflowing_auth_data_length_is_an_error_not_a_panic() {
+        // protocol 10, "5.5.5-x\0", connection id, nonce part 1, filler, capabilities with
+        // CLIENT_SECURE_CONNECTION and CLIENT_PLUGIN_AUTH, collation, status, upper caps,
+        // auth-plugin-data length (patched below), 6 reserved + 4 MariaDB bytes, nonce part 2.
+        let mut g = vec![10u8];
+        g.extend_from_slice(b"5.5.5-x\0");
+        g.extend_from_slice(&7u32.to_le_bytes());
+        g.extend_from_slice(b"abcdefgh");
+        g.push(0);
+        g.extend_from_slice(&0xf7ffu16.to_le_bytes());
+        g.push(8);
+        g.extend_from_slice(&2u16.to_le_bytes());
+        g.extend_from_slice(&0x0008u16.to_le_bytes());
+        let len_at = g.len();
+        g.push(21);
+        g.extend_from_slice(&[0u8; 10]);
+        g.extend_from_slice(b"ijklmnopqrst\0");
+        g.extend_from_slice(b"mysql_native_password\0");
+        assert_eq!(auth_data_len_byte(&g), Some(&21));
+        assert!(BackendGreeting::parse(&g).is_ok());
+        for bad in [0x80u8, 0x84, 0x87, 0xff] {
+            g[len_at] = bad;
+            assert!(BackendGreeting::parse(&g).is_err(), "length byte {bad:#x}");
         }
     }
 
