@@ -710,15 +710,6 @@ impl TableManager {
     }
 }
 
-/// The sending order: lower priority first, then the earliest due.
-pub fn order_by(def: &MessageTable) -> &'static str {
-    if def.has_priority {
-        "`priority`, `time_next`"
-    } else {
-        "`time_next`"
-    }
-}
-
 /// A key value from a text-protocol result (`HEX(id)` or a number's text).
 fn value_bytes(v: Value) -> Option<Box<[u8]>> {
     match v {
