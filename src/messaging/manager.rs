@@ -7,7 +7,7 @@
 //! row against the database. So a stale cache can cost a wasted claim, never a duplicate or an
 //! acked message sent again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -76,6 +76,12 @@ struct State {
     changed_during_poll: Option<Vec<LateChange>>,
     /// More changes came during a poll than are kept: poll again right after it.
     poll_again: bool,
+    /// The binlog's row changes of the last [`RECENT_WINDOW_NS`] (time seen, change), oldest
+    /// first. The binlog can show a row a moment before its transaction is visible to other
+    /// sessions (the server publishes the binlog before the engine commit): a poll that starts
+    /// in that moment reads a snapshot without the row, and replacing the cache with it would
+    /// leave the row to the next poll. So a poll starts with these as changes to apply again.
+    recent: VecDeque<(i64, LateChange)>,
     /// The latest change (`None`: deleted) seen for a row while it was in flight; it is newer
     /// than anything the batch knows, so it decides what happens to the row when the batch is
     /// done (e.g. the claim's own update, an ack, another proxy's claim).
@@ -100,6 +106,7 @@ const SKIPPED_RETRY: [std::time::Duration; 5] = [
 const MAX_SKIPPED: usize = 10_000;
 
 /// A row change that arrived while a poll was running (see `State::changed_during_poll`).
+#[derive(Clone)]
 enum LateChange {
     Changed(ChangedRow),
     Deleted(Box<[u8]>),
@@ -108,7 +115,106 @@ enum LateChange {
 /// Most row changes remembered during one poll; beyond it the table is polled again instead.
 const MAX_CHANGES_DURING_POLL: usize = 10_000;
 
+/// How long a binlog change is kept in `State::recent`: far longer than a commit takes to
+/// become visible after its binlog write, even under load.
+const RECENT_WINDOW_NS: i64 = 500_000_000;
+/// Most changes kept in `State::recent` (at very high rates the window is shorter).
+const MAX_RECENT: usize = 10_000;
+
 impl State {
+    fn new(capacity: usize) -> State {
+        State {
+            cache: DueCache::new(capacity),
+            schedule: Schedule::new(capacity),
+            in_flight: HashSet::new(),
+            subscribers: Vec::new(),
+            next: 0,
+            backlog: false,
+            changed_during_poll: None,
+            poll_again: false,
+            recent: VecDeque::new(),
+            changed_in_flight: HashMap::new(),
+            skipped: HashMap::new(),
+        }
+    }
+
+    /// A change seen at `now` (in the binlog, or a claim of this proxy's): kept for polls that
+    /// start soon (`recent`), and for the poll running now, if any.
+    fn note_change(&mut self, now: i64, change: LateChange) {
+        self.note_during_poll(|| change.clone());
+        while self.recent.len() >= MAX_RECENT
+            || self
+                .recent
+                .front()
+                .is_some_and(|(seen, _)| *seen < now.saturating_sub(RECENT_WINDOW_NS))
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((now, change));
+    }
+
+    /// A poll starts at `now`: the binlog changes of the last moments are applied again on
+    /// top of its snapshot, like those that arrive while it runs.
+    fn begin_poll(&mut self, now: i64) {
+        let since = now.saturating_sub(RECENT_WINDOW_NS);
+        self.changed_during_poll = Some(
+            self.recent
+                .iter()
+                .filter(|(seen, _)| *seen >= since)
+                .map(|(_, change)| change.clone())
+                .collect(),
+        );
+    }
+
+    /// A poll's rows replace the cache and the schedule; then the changes noted since it began
+    /// (and just before) go on top. Returns whether to poll again at once.
+    fn finish_poll(
+        &mut self,
+        rows: Vec<super::poll::PolledRow>,
+        soon: Vec<super::poll::PolledRow>,
+        cache_size: usize,
+        horizon_after: impl Fn(i64) -> i64,
+    ) -> bool {
+        self.backlog = rows.len() >= cache_size;
+        self.cache.clear();
+        for (key, priority, time_next) in rows {
+            let Some(key) = value_bytes(key) else {
+                continue;
+            };
+            if self.in_flight.contains(&key[..]) {
+                continue;
+            }
+            self.cache.insert(Entry {
+                key,
+                priority,
+                time_next,
+            });
+        }
+        self.schedule.clear();
+        for (key, priority, time_next) in soon {
+            if let Some(key) = value_bytes(key) {
+                self.schedule.insert(Entry {
+                    key,
+                    priority,
+                    time_next,
+                });
+            }
+        }
+        let late = self.changed_during_poll.take().unwrap_or_default();
+        let now = state::now_ns();
+        let horizon = horizon_after(now);
+        for change in late {
+            match change {
+                LateChange::Changed(row) => self.apply_changed(row, now, horizon),
+                LateChange::Deleted(key) => {
+                    self.cache.remove(&key);
+                    self.schedule.remove(&key);
+                }
+            }
+        }
+        std::mem::take(&mut self.poll_again)
+    }
+
     fn note_during_poll(&mut self, change: impl FnOnce() -> LateChange) {
         if let Some(log) = &mut self.changed_during_poll {
             if log.len() < MAX_CHANGES_DURING_POLL {
@@ -217,18 +323,7 @@ impl TableManager {
         let capacity = definition.options.cache_size;
         let manager = Arc::new(TableManager {
             definition: RwLock::new(Arc::new(definition)),
-            state: Mutex::new(State {
-                cache: DueCache::new(capacity),
-                schedule: Schedule::new(capacity),
-                in_flight: HashSet::new(),
-                subscribers: Vec::new(),
-                next: 0,
-                backlog: false,
-                changed_during_poll: None,
-                poll_again: false,
-                changed_in_flight: HashMap::new(),
-                skipped: HashMap::new(),
-            }),
+            state: Mutex::new(State::new(capacity)),
             kick: Notify::new(),
             poll_requested: AtomicBool::new(false),
             polling: AtomicBool::new(false),
@@ -305,7 +400,7 @@ impl TableManager {
             self.definition().options.poller_interval,
         ));
         let mut st = self.lock();
-        st.note_during_poll(|| LateChange::Changed(row.clone()));
+        st.note_change(now, LateChange::Changed(row.clone()));
         st.apply_changed(row, now, horizon);
         drop(st);
         self.kick.notify_one();
@@ -314,7 +409,7 @@ impl TableManager {
     /// A row of this table was deleted (seen in the binlog).
     pub fn row_deleted(&self, key: &[u8]) {
         let mut st = self.lock();
-        st.note_during_poll(|| LateChange::Deleted(key.into()));
+        st.note_change(state::now_ns(), LateChange::Deleted(key.into()));
         st.skipped.remove(key);
         if st.in_flight.contains(key) {
             st.changed_in_flight.insert(key.into(), None);
@@ -384,15 +479,18 @@ impl TableManager {
                 (None, Some(sent)) => {
                     state.skipped.remove(&e.key);
                     // A poll running now may have read the row before the claim: its snapshot
-                    // must not put the row back among the due ones.
-                    state.note_during_poll(|| {
+                    // must not put the row back among the due ones; nor may a poll starting
+                    // soon, replaying the row's insert from `recent` before the claim's own
+                    // binlog event has arrived.
+                    state.note_change(
+                        now,
                         LateChange::Changed(ChangedRow {
                             key: sent.key.clone(),
                             priority: Some(sent.priority),
                             time_next: Some(sent.time_next),
                             time_acked: None,
-                        })
-                    });
+                        }),
+                    );
                     state.schedule.insert(sent);
                 }
                 (None, None) => {
@@ -579,7 +677,7 @@ impl TableManager {
         // Rows scheduled before the next poll, so they go out on time (see `schedule`).
         let horizon = now.saturating_add(super::backoff::duration_ns(def.options.poller_interval));
         let started = std::time::Instant::now();
-        self.lock().changed_during_poll = Some(Vec::new());
+        self.lock().begin_poll(now);
         let polled = match self.pool.get_conn().await {
             Ok(mut conn) => {
                 let thorough = self
@@ -601,47 +699,12 @@ impl TableManager {
             }
         };
         debug!(table = %def.qualified(), rows = rows.len(), elapsed = ?started.elapsed(), "polled");
-        let mut state = self.lock();
-        state.backlog = rows.len() >= def.options.cache_size;
-        state.cache.clear();
-        for (key, priority, time_next) in rows {
-            let Some(key) = value_bytes(key) else {
-                continue;
-            };
-            if state.in_flight.contains(&key[..]) {
-                continue;
-            }
-            state.cache.insert(Entry {
-                key,
-                priority,
-                time_next,
+        let interval = super::backoff::duration_ns(def.options.poller_interval);
+        let again = self
+            .lock()
+            .finish_poll(rows, soon, def.options.cache_size, |now| {
+                now.saturating_add(interval)
             });
-        }
-        state.schedule.clear();
-        for (key, priority, time_next) in soon {
-            if let Some(key) = value_bytes(key) {
-                state.schedule.insert(Entry {
-                    key,
-                    priority,
-                    time_next,
-                });
-            }
-        }
-        // What changed while the query ran, on top of its snapshot.
-        let late = state.changed_during_poll.take().unwrap_or_default();
-        let now = state::now_ns();
-        let horizon = now.saturating_add(super::backoff::duration_ns(def.options.poller_interval));
-        for change in late {
-            match change {
-                LateChange::Changed(row) => state.apply_changed(row, now, horizon),
-                LateChange::Deleted(key) => {
-                    state.cache.remove(&key);
-                    state.schedule.remove(&key);
-                }
-            }
-        }
-        let again = std::mem::take(&mut state.poll_again);
-        drop(state);
         if again {
             self.request_poll();
         }
@@ -733,5 +796,74 @@ impl Drop for JobRunning {
             .running(self.job)
             .store(false, Ordering::Release);
         self.manager.kick.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: i64 = 1_000_000;
+
+    fn due_row(key: &str) -> ChangedRow {
+        ChangedRow {
+            key: key.as_bytes().into(),
+            priority: None,
+            time_next: None,
+            time_acked: None,
+        }
+    }
+
+    /// The binlog showed a row a moment before its commit was visible; a poll that starts in
+    /// that moment reads a snapshot without it. The row must stay due, not wait for the next
+    /// poll.
+    #[test]
+    fn a_row_seen_just_before_a_poll_survives_the_polls_snapshot() {
+        let mut st = State::new(100);
+        let now = state::now_ns();
+        st.note_change(now, LateChange::Changed(due_row("7")));
+        st.apply_changed(due_row("7"), now, now + 1000 * MS);
+        assert_eq!(st.cache.len(), 1);
+        st.begin_poll(now + MS);
+        let again = st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
+        assert!(!again);
+        assert_eq!(st.cache.len(), 1, "the row is still due after the poll");
+    }
+
+    /// Changes older than the window were visible to the poll: its snapshot decides (here: the
+    /// row was acked by a statement the snapshot saw).
+    #[test]
+    fn changes_older_than_the_window_are_not_applied_again() {
+        let mut st = State::new(100);
+        let now = state::now_ns();
+        st.note_change(now, LateChange::Changed(due_row("7")));
+        st.apply_changed(due_row("7"), now, now + 1000 * MS);
+        st.begin_poll(now + RECENT_WINDOW_NS + MS);
+        st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
+        assert_eq!(st.cache.len(), 0);
+    }
+
+    /// Replayed in order: a row inserted and then acked just before the poll stays acked.
+    #[test]
+    fn recent_changes_are_applied_in_order() {
+        let mut st = State::new(100);
+        let now = state::now_ns();
+        st.note_change(now, LateChange::Changed(due_row("7")));
+        let mut acked = due_row("7");
+        acked.time_acked = Some(now);
+        st.note_change(now + MS, LateChange::Changed(acked));
+        st.begin_poll(now + 2 * MS);
+        st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
+        assert_eq!(st.cache.len(), 0);
+    }
+
+    #[test]
+    fn recent_changes_are_bounded() {
+        let mut st = State::new(100);
+        let now = state::now_ns();
+        for i in 0..MAX_RECENT + 5 {
+            st.note_change(now, LateChange::Deleted(i.to_string().into_bytes().into()));
+        }
+        assert_eq!(st.recent.len(), MAX_RECENT);
     }
 }
