@@ -82,6 +82,8 @@ struct State {
     /// in that moment reads a snapshot without the row, and replacing the cache with it would
     /// leave the row to the next poll. So a poll starts with these as changes to apply again.
     recent: VecDeque<(i64, LateChange)>,
+    /// The `recent` changes a running poll applies again on top of its snapshot.
+    replay: Vec<LateChange>,
     /// The latest change (`None`: deleted) seen for a row while it was in flight; it is newer
     /// than anything the batch knows, so it decides what happens to the row when the batch is
     /// done (e.g. the claim's own update, an ack, another proxy's claim).
@@ -117,7 +119,7 @@ const MAX_CHANGES_DURING_POLL: usize = 10_000;
 
 /// How long a binlog change is kept in `State::recent`: far longer than a commit takes to
 /// become visible after its binlog write, even under load.
-const RECENT_WINDOW_NS: i64 = 500_000_000;
+const RECENT_WINDOW_NS: i64 = 100_000_000;
 /// Most changes kept in `State::recent` (at very high rates the window is shorter).
 const MAX_RECENT: usize = 10_000;
 
@@ -133,6 +135,7 @@ impl State {
             changed_during_poll: None,
             poll_again: false,
             recent: VecDeque::new(),
+            replay: Vec::new(),
             changed_in_flight: HashMap::new(),
             skipped: HashMap::new(),
         }
@@ -153,17 +156,17 @@ impl State {
         self.recent.push_back((now, change));
     }
 
-    /// A poll starts at `now`: the binlog changes of the last moments are applied again on
-    /// top of its snapshot, like those that arrive while it runs.
+    /// A poll starts at `now`: the changes of the last moments will be applied again on top of
+    /// its snapshot, before those that arrive while it runs.
     fn begin_poll(&mut self, now: i64) {
         let since = now.saturating_sub(RECENT_WINDOW_NS);
-        self.changed_during_poll = Some(
-            self.recent
-                .iter()
-                .filter(|(seen, _)| *seen >= since)
-                .map(|(_, change)| change.clone())
-                .collect(),
-        );
+        self.replay = self
+            .recent
+            .iter()
+            .filter(|(seen, _)| *seen >= since)
+            .map(|(_, change)| change.clone())
+            .collect();
+        self.changed_during_poll = Some(Vec::new());
     }
 
     /// A poll's rows replace the cache and the schedule; then the changes noted since it began
@@ -200,9 +203,23 @@ impl State {
                 });
             }
         }
-        let late = self.changed_during_poll.take().unwrap_or_default();
         let now = state::now_ns();
         let horizon = horizon_after(now);
+        // The moments before the poll first. A row in flight is skipped: its batch's own
+        // outcome, and what arrived while it ran, are newer than anything replayed here.
+        for change in std::mem::take(&mut self.replay) {
+            match change {
+                LateChange::Changed(row) if !self.in_flight.contains(&row.key) => {
+                    self.apply_changed(row, now, horizon)
+                }
+                LateChange::Deleted(key) if !self.in_flight.contains(&key) => {
+                    self.cache.remove(&key);
+                    self.schedule.remove(&key);
+                }
+                _ => {}
+            }
+        }
+        let late = self.changed_during_poll.take().unwrap_or_default();
         for change in late {
             match change {
                 LateChange::Changed(row) => self.apply_changed(row, now, horizon),
@@ -694,6 +711,7 @@ impl TableManager {
                 warn!("polling {} failed: {e}", def.qualified());
                 let mut state = self.lock();
                 state.changed_during_poll = None;
+                state.replay.clear();
                 state.poll_again = false;
                 return;
             }
@@ -854,6 +872,20 @@ mod tests {
         st.note_change(now + MS, LateChange::Changed(acked));
         st.begin_poll(now + 2 * MS);
         st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
+        assert_eq!(st.cache.len(), 0);
+    }
+
+    /// A row being claimed when the poll starts: the replayed insert must not become the
+    /// "newest news" its batch applies when done (that would put a sent row back as due).
+    #[test]
+    fn replay_skips_rows_in_flight() {
+        let mut st = State::new(100);
+        let now = state::now_ns();
+        st.note_change(now, LateChange::Changed(due_row("7")));
+        st.in_flight.insert(b"7".as_slice().into());
+        st.begin_poll(now + MS);
+        st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
+        assert!(st.changed_in_flight.is_empty());
         assert_eq!(st.cache.len(), 0);
     }
 
