@@ -139,15 +139,20 @@ async fn attack(port: u16, greeting_first: bool, bytes: &[u8], wait: Duration) {
     }
 }
 
-/// Logs in with the raw client, writes `bytes`, reads answers until quiet, walks away.
-async fn after_login(port: u16, bytes: &[u8], quiet: Duration) -> Vec<Vec<u8>> {
-    let mut c = within(
+/// A raw client logged in as root to database `test`.
+async fn raw_login(port: u16) -> RawConn {
+    within(
         10,
         "raw login",
         RawConn::connect(port, "root", "", Some("test")),
     )
     .await
-    .unwrap_or_else(|e| panic!("raw login: {e:?}"));
+    .unwrap_or_else(|e| panic!("raw login: {e:?}"))
+}
+
+/// Logs in with the raw client, writes `bytes`, reads answers until quiet, walks away.
+async fn after_login(port: u16, bytes: &[u8], quiet: Duration) -> Vec<Vec<u8>> {
+    let mut c = raw_login(port).await;
     let _ = c.write_raw(bytes).await;
     // A command's answer starts at sequence id 1.
     c.expect_seq(1);
@@ -160,13 +165,7 @@ async fn after_login(port: u16, bytes: &[u8], quiet: Duration) -> Vec<Vec<u8>> {
 /// and then a working `SELECT 1` on the same session: the command was refused, the session
 /// goes on (as MariaDB itself does for these).
 async fn refused_and_session_goes_on(port: u16, bytes: &[u8], what: &str) {
-    let mut c = within(
-        10,
-        "raw login",
-        RawConn::connect(port, "root", "", Some("test")),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("raw login: {e:?}"));
+    let mut c = raw_login(port).await;
     c.write_raw(bytes).await.expect("send the command");
     c.expect_seq(1);
     let got = c.read_packet_timeout(Duration::from_secs(5)).await;
@@ -454,13 +453,7 @@ async fn hostile_oversized_and_stalled_packets_are_cut_off() {
     assert_healthy(&proxy, "a 16 MiB handshake header, connection left open").await;
 
     // After login: a 16 MiB COM_QUERY header and 7 bytes, then silence with the socket open.
-    let mut c = within(
-        10,
-        "raw login",
-        RawConn::connect(port, "root", "", Some("test")),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("raw login: {e:?}"));
+    let mut c = raw_login(port).await;
     c.write_raw(b"\xff\xff\xff\x00\x03SELECT")
         .await
         .expect("send");
@@ -476,13 +469,7 @@ async fn hostile_oversized_and_stalled_packets_are_cut_off() {
     assert_healthy(&proxy, "a command begun and left unfinished").await;
 
     // An ACK of 40 MiB: three physical packets, refused after the last of them.
-    let mut c = within(
-        10,
-        "raw login",
-        RawConn::connect(port, "root", "", Some("test")),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("raw login: {e:?}"));
+    let mut c = raw_login(port).await;
     let mut ack = b"ACK m 1".to_vec();
     while ack.len() < 40 << 20 {
         ack.extend_from_slice(b", 1");

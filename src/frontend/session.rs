@@ -23,6 +23,13 @@ use crate::sql::{self, Action};
 /// without being held (so memory per session stays bounded whatever a client sends).
 const JOIN_LIMIT: usize = 2 * MAX_PAYLOAD;
 
+/// Whether a physical packet (header included) is continued by the next one: its payload is
+/// exactly [`MAX_PAYLOAD`]. (A command joined by `join_continuation` is re-framed, longer than
+/// that, and complete.)
+fn is_continued(raw: &[u8]) -> bool {
+    raw.len() == 4 + MAX_PAYLOAD
+}
+
 /// A statement of 16 MiB or more, as [`Session::join_continuation`] read it.
 enum Joined {
     /// All of it: re-framed, and its payload.
@@ -190,7 +197,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .next_raw_packet()
             .await
             .map_err(SessionEnd::Client)?;
-        let (raw, joined) = if first.len() == 4 + MAX_PAYLOAD && first.get(4) == Some(&COM_QUERY) {
+        let (raw, joined) = if is_continued(&first) && first.get(4) == Some(&COM_QUERY) {
             // A statement of 16 MiB or more: the proxy may need all of it (a long ACK list),
             // so join it here, up to JOIN_LIMIT; it is re-split when sent on.
             match self.join_continuation(first).await? {
@@ -253,14 +260,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         return Ok(());
                     }
                     None => {
-                        self.send_to_backend(&raw).await?;
-                        self.relay
-                            .forward_response(
-                                ResponseKind::Results,
-                                &mut self.client,
-                                &mut self.backend.conn,
-                            )
-                            .await?;
+                        self.relay_command(&raw, ResponseKind::Results).await?;
                     }
                 }
                 self.after_relayed_statement(&payload[1..], classification)
@@ -268,20 +268,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return Ok(());
             }
             COM_INIT_DB => {
-                self.send_to_backend(&raw).await?;
-                self.relay
-                    .forward_response(
-                        ResponseKind::Single,
-                        &mut self.client,
-                        &mut self.backend.conn,
-                    )
-                    .await?;
+                self.relay_command(&raw, ResponseKind::Single).await?;
                 if !self.relay.failed {
                     self.current_db = Some(String::from_utf8_lossy(&payload[1..]).into_owned());
                 }
                 return Ok(());
             }
-            COM_CHANGE_USER if raw.len() == 4 + MAX_PAYLOAD => {
+            COM_CHANGE_USER if is_continued(&raw) => {
                 return self
                     .refuse_long_command(
                         &raw,
@@ -326,7 +319,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             _ => ResponseKind::Single,
         };
-        self.send_to_backend(&raw).await?;
+        self.relay_command(&raw, kind).await
+    }
+
+    /// Sends a command to the backend (streaming any packets that continue it) and relays its
+    /// answer, of shape `kind`, to the client.
+    async fn relay_command(&mut self, raw: &[u8], kind: ResponseKind) -> Result<(), SessionEnd> {
+        self.send_to_backend(raw).await?;
         self.relay
             .forward_response(kind, &mut self.client, &mut self.backend.conn)
             .await?;
@@ -338,19 +337,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     async fn send_to_backend(&mut self, raw: &[u8]) -> Result<(), SessionEnd> {
         let backend = self.backend.conn.get_mut();
         backend.write_all(raw).await.map_err(SessionEnd::Backend)?;
-        // A lone physical packet of the maximum size is continued by the client's next ones
-        // (a command joined by `join_continuation` is already complete and longer than that).
-        let (mut len, _) = parse_header(raw);
-        if raw.len() != 4 + MAX_PAYLOAD {
-            len = 0;
-        }
-        while len == MAX_PAYLOAD {
-            let next = self
-                .client
-                .next_raw_packet()
-                .await
-                .map_err(SessionEnd::Client)?;
-            len = parse_header(&next).0;
+        let mut more = is_continued(raw);
+        while let Some(next) = self.next_continuation(&mut more).await? {
             self.backend
                 .conn
                 .get_mut()
@@ -372,19 +360,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// re-framed (header of the first packet, payload of all) — or, past [`JOIN_LIMIT`], the
     /// physical packets read so far, unchanged, with the rest of the statement still unread.
     async fn join_continuation(&mut self, first: bytes::BytesMut) -> Result<Joined, SessionEnd> {
+        let mut more = is_continued(&first);
         let mut packets = vec![first];
-        let mut len = MAX_PAYLOAD;
-        while len == MAX_PAYLOAD {
-            if packets.len() * MAX_PAYLOAD >= JOIN_LIMIT {
+        loop {
+            if more && packets.len() * MAX_PAYLOAD >= JOIN_LIMIT {
                 return Ok(Joined::TooLong { packets });
             }
-            let next = self
-                .client
-                .next_raw_packet()
-                .await
-                .map_err(SessionEnd::Client)?;
-            len = parse_header(&next).0;
-            packets.push(next);
+            match self.next_continuation(&mut more).await? {
+                Some(next) => packets.push(next),
+                None => break,
+            }
         }
         let mut payload = bytes::BytesMut::with_capacity(packets.len() * MAX_PAYLOAD);
         for p in &packets {
@@ -425,14 +410,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             backend.write_all(p).await.map_err(SessionEnd::Backend)?;
         }
         // The last packet read is a full one: this streams the rest of the statement.
-        self.send_to_backend(last).await?;
-        self.relay
-            .forward_response(
-                ResponseKind::Results,
-                &mut self.client,
-                &mut self.backend.conn,
-            )
-            .await?;
+        self.relay_command(last, ResponseKind::Results).await?;
         let head = &packets[0][5..];
         self.after_relayed_statement(head, classification).await;
         Ok(())
@@ -467,6 +445,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     /// Answers the current command with an error of the proxy's own; the session goes on.
+    /// The client's next physical packet of a command whose previous one was continued
+    /// (`more`, updated for the packet returned); `None` once the command has ended.
+    async fn next_continuation(
+        &mut self,
+        more: &mut bool,
+    ) -> Result<Option<bytes::BytesMut>, SessionEnd> {
+        if !*more {
+            return Ok(None);
+        }
+        let next = self
+            .client
+            .next_raw_packet()
+            .await
+            .map_err(SessionEnd::Client)?;
+        *more = is_continued(&next);
+        Ok(Some(next))
+    }
+
     /// Refuses a command the proxy answers itself. If its packet is a full 16 MiB one, the
     /// packets that continue it are read and dropped first (else they would be taken for the
     /// next commands), and the error follows the last of them in sequence.
@@ -475,17 +471,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         raw: &[u8],
         err: ErrorPacket,
     ) -> Result<(), SessionEnd> {
-        let (mut len, mut seq) = parse_header(raw);
-        if raw.len() != 4 + MAX_PAYLOAD {
-            len = 0;
-        }
-        while len == MAX_PAYLOAD {
-            let next = self
-                .client
-                .next_raw_packet()
-                .await
-                .map_err(SessionEnd::Client)?;
-            (len, seq) = parse_header(&next);
+        let mut seq = parse_header(raw).1;
+        let mut more = is_continued(raw);
+        while let Some(next) = self.next_continuation(&mut more).await? {
+            seq = parse_header(&next).1;
         }
         write_packet(
             self.client.get_mut(),
