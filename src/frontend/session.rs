@@ -400,7 +400,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 "08S01",
                 format!(
                     "msgproxy reads STREAM and ACK statements of at most {} MiB; acknowledge in several ACK statements",
-                    JOIN_LIMIT >> 20
+                    JOIN_LIMIT.div_ceil(1 << 20)
                 ),
             );
             return self.refuse_long_command(last, err).await;
