@@ -174,6 +174,11 @@ enum End {
         at: BinlogPosition,
         why: String,
     },
+    /// The event reader panicked on an event after `at`: reading from `at` again would panic
+    /// again.
+    Unreadable {
+        at: BinlogPosition,
+    },
 }
 
 struct Watcher {
@@ -242,6 +247,17 @@ impl Watcher {
                             warn!(
                                 "binlog: the server no longer has position {at} ({why}); \
                                  starting again from its current position"
+                            );
+                            resume = None;
+                            self.set_mode(BinlogMode::Reconnecting(why));
+                        }
+                        End::Unreadable { at } => {
+                            let why = format!(
+                                "an event after {at} could not be read (the reader panicked)"
+                            );
+                            warn!(
+                                "binlog: {why}; starting again from the server's current \
+                                 position (the tables are polled for what was skipped)"
                             );
                             resume = None;
                             self.set_mode(BinlogMode::Reconnecting(why));
@@ -432,6 +448,13 @@ impl Watcher {
         ));
         match task.await {
             Ok(end) => end,
+            // The parser panics on the same event however often it is read again: resuming at
+            // the last committed position would only repeat the panic. Starting again from the
+            // server's current position skips it; the reopen polls every table, so what the
+            // skipped events said is read back from the tables themselves.
+            Err(e) if e.is_panic() => End::Unreadable {
+                at: self.status.borrow().position.clone().unwrap_or(start),
+            },
             Err(e) => End::Lost {
                 at: self.status.borrow().position.clone().unwrap_or(start),
                 why: format!("the event reader failed: {e}"),
