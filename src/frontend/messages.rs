@@ -153,12 +153,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             ids.join(", "),
             state::UNACKED_SQL
         );
-        self.relay_statement(sql.as_bytes(), ResponseKind::Results)
+        self.send_statement(sql.as_bytes()).await?;
+        let end = self
+            .relay
+            .forward_response_holding_end(
+                ResponseKind::Results,
+                &mut self.client,
+                &mut self.backend.conn,
+            )
             .await?;
+        // Counted before the client sees the OK: a scrape it makes afterwards includes it.
         if !self.relay.failed {
             manager.stats().record_acked(self.relay.affected_rows);
         }
-        Ok(())
+        self.write_held_end(&end).await
     }
 
     /// After a relayed statement: collect the message tables it may have written, tell their

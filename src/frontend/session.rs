@@ -240,9 +240,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         self.relay_statement(&statement, ResponseKind::Results)
                             .await?
                     }
-                    None if classification.keyword.is_ddl() => {
+                    None if classification.keyword.is_ddl()
+                        || classification.keyword == sql::Keyword::Update =>
+                    {
                         // The engine reloads before the client sees the OK, so the table the
-                        // DDL made (or unmade) is usable (or gone) the moment it is answered.
+                        // DDL made (or unmade) is usable (or gone) the moment it is answered;
+                        // and an UPDATE that acks is counted before its OK, so a scrape the
+                        // client makes after the OK includes it.
                         self.send_to_backend(&raw).await?;
                         let end = self
                             .relay
@@ -254,10 +258,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                             .await?;
                         self.after_relayed_statement(&payload[1..], classification)
                             .await;
-                        let client = self.client.get_mut();
-                        client.write_all(&end).await.map_err(SessionEnd::Client)?;
-                        client.flush().await.map_err(SessionEnd::Client)?;
-                        return Ok(());
+                        return self.write_held_end(&end).await;
                     }
                     None => {
                         self.relay_command(&raw, ResponseKind::Results).await?;
@@ -429,6 +430,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         sql: &[u8],
         kind: ResponseKind,
     ) -> Result<(), SessionEnd> {
+        self.send_statement(sql).await?;
+        self.relay
+            .forward_response(kind, &mut self.client, &mut self.backend.conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Sends `sql` to the backend as a COM_QUERY of the proxy's own (its answer is the
+    /// caller's to relay).
+    pub(super) async fn send_statement(&mut self, sql: &[u8]) -> Result<(), SessionEnd> {
         let mut payload = Vec::with_capacity(sql.len() + 1);
         payload.push(COM_QUERY);
         payload.extend_from_slice(sql);
@@ -438,13 +449,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         backend.write_all(&raw).await.map_err(SessionEnd::Backend)?;
         backend.flush().await.map_err(SessionEnd::Backend)?;
         self.relay.next_seq = 1;
-        self.relay
-            .forward_response(kind, &mut self.client, &mut self.backend.conn)
-            .await?;
         Ok(())
     }
 
-    /// Answers the current command with an error of the proxy's own; the session goes on.
+    /// Writes what [`Relay::forward_response_holding_end`] held back: the end of an answer.
+    pub(super) async fn write_held_end(&mut self, end: &[u8]) -> Result<(), SessionEnd> {
+        let client = self.client.get_mut();
+        client.write_all(end).await.map_err(SessionEnd::Client)?;
+        client.flush().await.map_err(SessionEnd::Client)
+    }
+
     /// The client's next physical packet of a command whose previous one was continued
     /// (`more`, updated for the packet returned); `None` once the command has ended.
     async fn next_continuation(
@@ -486,6 +500,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         .map_err(SessionEnd::Client)
     }
 
+    /// Answers the current command with an error of the proxy's own; the session goes on.
     pub(super) async fn reply_error(&mut self, err: ErrorPacket) -> Result<(), SessionEnd> {
         write_packet(self.client.get_mut(), 1, &err.encode(true))
             .await
