@@ -16,7 +16,6 @@ use crate::messaging::stream::{self, StreamEnd};
 use crate::messaging::table::quote_ident;
 use crate::protocol::packet::write_packet;
 use crate::protocol::wire::{ok_packet, ErrorPacket};
-use crate::relay::ResponseKind;
 use crate::sql::{Classification, Keyword, TableName, VirtualStatement};
 
 /// ER_WRONG_OBJECT: "'%s.%s' is not %s".
@@ -154,14 +153,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             state::UNACKED_SQL
         );
         self.send_statement(sql.as_bytes()).await?;
-        let end = self
-            .relay
-            .forward_response_holding_end(
-                ResponseKind::Results,
-                &mut self.client,
-                &mut self.backend.conn,
-            )
-            .await?;
+        let end = self.forward_results_holding_end().await?;
         // Counted before the client sees the OK: a scrape it makes afterwards includes it.
         if !self.relay.failed {
             manager.stats().record_acked(self.relay.affected_rows);

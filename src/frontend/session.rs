@@ -248,14 +248,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         // and an UPDATE that acks is counted before its OK, so a scrape the
                         // client makes after the OK includes it.
                         self.send_to_backend(&raw).await?;
-                        let end = self
-                            .relay
-                            .forward_response_holding_end(
-                                ResponseKind::Results,
-                                &mut self.client,
-                                &mut self.backend.conn,
-                            )
-                            .await?;
+                        let end = self.forward_results_holding_end().await?;
                         self.after_relayed_statement(&payload[1..], classification)
                             .await;
                         return self.write_held_end(&end).await;
@@ -450,6 +443,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         backend.flush().await.map_err(SessionEnd::Backend)?;
         self.relay.next_seq = 1;
         Ok(())
+    }
+
+    /// Relays the results of the statement just sent, all but their end, which is returned for
+    /// [`Session::write_held_end`] once the proxy has done what must precede the client's OK.
+    pub(super) async fn forward_results_holding_end(
+        &mut self,
+    ) -> Result<bytes::BytesMut, SessionEnd> {
+        Ok(self
+            .relay
+            .forward_response_holding_end(
+                ResponseKind::Results,
+                &mut self.client,
+                &mut self.backend.conn,
+            )
+            .await?)
     }
 
     /// Writes what [`Relay::forward_response_holding_end`] held back: the end of an answer.
