@@ -11,7 +11,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use mysql_async::prelude::Queryable;
 use mysql_async::{Pool, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
@@ -22,9 +21,6 @@ use super::cache::{DueCache, Entry};
 use super::schedule::Schedule;
 use super::state;
 use super::table::MessageTable;
-
-/// Rows deleted per purge statement, so a large purge never holds locks for long.
-pub const PURGE_BATCH: u64 = 500;
 
 /// The after image of a changed row, as far as the manager cares. `key` is in the form of
 /// `MessageTable::key_sql` (a number's decimal text, or the upper-case hex of a string's bytes).
@@ -728,71 +724,23 @@ impl TableManager {
         }
     }
 
-    /// Deletes acked rows older than `vt_purge_after`, a batch at a time.
+    /// Deletes acked rows older than `vt_purge_after` (see `purge`).
     async fn purge(&self) {
         let def = self.definition();
-        let cutoff = state::now_ns()
-            .saturating_sub(def.options.purge_after.as_nanos().min(i64::MAX as u128) as i64);
-        // Two steps, so the purge locks only the rows it deletes: a plain (non-locking) read
-        // finds them, then a delete by primary key removes them, re-checking the condition. A
-        // single `DELETE ... WHERE time_acked ... LIMIT` would lock every row it scans — all
-        // of them on a table without an index on time_acked — and claims, which skip locked
-        // rows, would pass over due messages meanwhile.
-        let find = format!(
-            "SELECT {} FROM {} WHERE {} LIMIT {PURGE_BATCH}",
-            def.key_sql(),
-            def.qualified(),
-            state::purgeable_sql(cutoff)
-        );
-        let mut conn = match self.pool.get_conn().await {
-            Ok(c) => c,
-            Err(e) => {
-                warn!(
-                    "purging {} failed: cannot reach the backend: {e}",
-                    def.qualified()
-                );
-                return;
+        match self.pool.get_conn().await {
+            Ok(mut conn) => {
+                super::purge::acked_rows(&mut conn, &def, &self.stats, &self.stop).await
             }
-        };
-        loop {
-            if self.stop.is_cancelled() {
-                return;
-            }
-            let keys: Vec<Value> = match conn.query(&find).await {
-                Ok(keys) => keys,
-                Err(e) => {
-                    warn!("purging {} failed: {e}", def.qualified());
-                    return;
-                }
-            };
-            let literals: Vec<String> = keys
-                .into_iter()
-                .filter_map(value_bytes)
-                .filter_map(|k| def.id_literal(&k))
-                .collect();
-            if literals.is_empty() {
-                return;
-            }
-            let delete = format!(
-                "DELETE FROM {} WHERE `id` IN ({}) AND {}",
-                def.qualified(),
-                literals.join(", "),
-                state::purgeable_sql(cutoff)
-            );
-            if let Err(e) = conn.query_drop(&delete).await {
-                warn!("purging {} failed: {e}", def.qualified());
-                return;
-            }
-            self.stats.record_purged(conn.affected_rows());
-            if (literals.len() as u64) < PURGE_BATCH {
-                return;
-            }
+            Err(e) => warn!(
+                "purging {} failed: cannot reach the backend: {e}",
+                def.qualified()
+            ),
         }
     }
 }
 
 /// A key value from a text-protocol result (`HEX(id)` or a number's text).
-fn value_bytes(v: Value) -> Option<Box<[u8]>> {
+pub(super) fn value_bytes(v: Value) -> Option<Box<[u8]>> {
     match v {
         Value::Bytes(b) => Some(b.into_boxed_slice()),
         Value::Int(i) => Some(i.to_string().into_bytes().into_boxed_slice()),
@@ -818,84 +766,5 @@ impl Drop for JobRunning {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const MS: i64 = 1_000_000;
-
-    fn due_row(key: &str) -> ChangedRow {
-        ChangedRow {
-            key: key.as_bytes().into(),
-            priority: None,
-            time_next: None,
-            time_acked: None,
-        }
-    }
-
-    /// The binlog showed a row a moment before its commit was visible; a poll that starts in
-    /// that moment reads a snapshot without it. The row must stay due, not wait for the next
-    /// poll.
-    #[test]
-    fn a_row_seen_just_before_a_poll_survives_the_polls_snapshot() {
-        let mut st = State::new(100);
-        let now = state::now_ns();
-        st.note_change(now, LateChange::Changed(due_row("7")));
-        st.apply_changed(due_row("7"), now, now + 1000 * MS);
-        assert_eq!(st.cache.len(), 1);
-        st.begin_poll(now + MS);
-        let again = st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
-        assert!(!again);
-        assert_eq!(st.cache.len(), 1, "the row is still due after the poll");
-    }
-
-    /// Changes older than the window were visible to the poll: its snapshot decides (here: the
-    /// row was acked by a statement the snapshot saw).
-    #[test]
-    fn changes_older_than_the_window_are_not_applied_again() {
-        let mut st = State::new(100);
-        let now = state::now_ns();
-        st.note_change(now, LateChange::Changed(due_row("7")));
-        st.apply_changed(due_row("7"), now, now + 1000 * MS);
-        st.begin_poll(now + RECENT_WINDOW_NS + MS);
-        st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
-        assert_eq!(st.cache.len(), 0);
-    }
-
-    /// Replayed in order: a row inserted and then acked just before the poll stays acked.
-    #[test]
-    fn recent_changes_are_applied_in_order() {
-        let mut st = State::new(100);
-        let now = state::now_ns();
-        st.note_change(now, LateChange::Changed(due_row("7")));
-        let mut acked = due_row("7");
-        acked.time_acked = Some(now);
-        st.note_change(now + MS, LateChange::Changed(acked));
-        st.begin_poll(now + 2 * MS);
-        st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
-        assert_eq!(st.cache.len(), 0);
-    }
-
-    /// A row being claimed when the poll starts: the replayed insert must not become the
-    /// "newest news" its batch applies when done (that would put a sent row back as due).
-    #[test]
-    fn replay_skips_rows_in_flight() {
-        let mut st = State::new(100);
-        let now = state::now_ns();
-        st.note_change(now, LateChange::Changed(due_row("7")));
-        st.in_flight.insert(b"7".as_slice().into());
-        st.begin_poll(now + MS);
-        st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
-        assert!(st.changed_in_flight.is_empty());
-        assert_eq!(st.cache.len(), 0);
-    }
-
-    #[test]
-    fn recent_changes_are_bounded() {
-        let mut st = State::new(100);
-        let now = state::now_ns();
-        for i in 0..MAX_RECENT + 5 {
-            st.note_change(now, LateChange::Deleted(i.to_string().into_bytes().into()));
-        }
-        assert_eq!(st.recent.len(), MAX_RECENT);
-    }
-}
+#[path = "manager_tests.rs"]
+mod tests;

@@ -5,6 +5,7 @@ pub mod engine;
 pub mod manager;
 pub mod options;
 pub mod poll;
+pub mod purge;
 pub mod schedule;
 pub mod state;
 pub mod stats;

@@ -1,0 +1,81 @@
+//! Tests of the manager's state: the replay of recent changes around a poll.
+
+use super::*;
+
+const MS: i64 = 1_000_000;
+
+fn due_row(key: &str) -> ChangedRow {
+    ChangedRow {
+        key: key.as_bytes().into(),
+        priority: None,
+        time_next: None,
+        time_acked: None,
+    }
+}
+
+/// The binlog showed a row a moment before its commit was visible; a poll that starts in
+/// that moment reads a snapshot without it. The row must stay due, not wait for the next
+/// poll.
+#[test]
+fn a_row_seen_just_before_a_poll_survives_the_polls_snapshot() {
+    let mut st = State::new(100);
+    let now = state::now_ns();
+    st.note_change(now, LateChange::Changed(due_row("7")));
+    st.apply_changed(due_row("7"), now, now + 1000 * MS);
+    assert_eq!(st.cache.len(), 1);
+    st.begin_poll(now + MS);
+    let again = st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
+    assert!(!again);
+    assert_eq!(st.cache.len(), 1, "the row is still due after the poll");
+}
+
+/// Changes older than the window were visible to the poll: its snapshot decides (here: the
+/// row was acked by a statement the snapshot saw).
+#[test]
+fn changes_older_than_the_window_are_not_applied_again() {
+    let mut st = State::new(100);
+    let now = state::now_ns();
+    st.note_change(now, LateChange::Changed(due_row("7")));
+    st.apply_changed(due_row("7"), now, now + 1000 * MS);
+    st.begin_poll(now + RECENT_WINDOW_NS + MS);
+    st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
+    assert_eq!(st.cache.len(), 0);
+}
+
+/// Replayed in order: a row inserted and then acked just before the poll stays acked.
+#[test]
+fn recent_changes_are_applied_in_order() {
+    let mut st = State::new(100);
+    let now = state::now_ns();
+    st.note_change(now, LateChange::Changed(due_row("7")));
+    let mut acked = due_row("7");
+    acked.time_acked = Some(now);
+    st.note_change(now + MS, LateChange::Changed(acked));
+    st.begin_poll(now + 2 * MS);
+    st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
+    assert_eq!(st.cache.len(), 0);
+}
+
+/// A row being claimed when the poll starts: the replayed insert must not become the
+/// "newest news" its batch applies when done (that would put a sent row back as due).
+#[test]
+fn replay_skips_rows_in_flight() {
+    let mut st = State::new(100);
+    let now = state::now_ns();
+    st.note_change(now, LateChange::Changed(due_row("7")));
+    st.in_flight.insert(b"7".as_slice().into());
+    st.begin_poll(now + MS);
+    st.finish_poll(Vec::new(), Vec::new(), 100, |n| n + 1000 * MS);
+    assert!(st.changed_in_flight.is_empty());
+    assert_eq!(st.cache.len(), 0);
+}
+
+#[test]
+fn recent_changes_are_bounded() {
+    let mut st = State::new(100);
+    let now = state::now_ns();
+    for i in 0..MAX_RECENT + 5 {
+        st.note_change(now, LateChange::Deleted(i.to_string().into_bytes().into()));
+    }
+    assert_eq!(st.recent.len(), MAX_RECENT);
+}

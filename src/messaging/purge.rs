@@ -1,0 +1,71 @@
+//! Purging: acked rows older than `vt_purge_after` are deleted, a batch at a time
+//! (MESSAGING.md §7).
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Value};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::manager::value_bytes;
+use super::state;
+use super::stats::TableStats;
+use super::table::MessageTable;
+
+/// Rows deleted per purge statement, so a large purge never holds locks for long.
+pub const PURGE_BATCH: u64 = 500;
+
+/// Deletes `def`'s acked rows older than its `vt_purge_after`, until none is left or `stop`.
+pub async fn acked_rows(
+    conn: &mut Conn,
+    def: &MessageTable,
+    stats: &TableStats,
+    stop: &CancellationToken,
+) {
+    let cutoff = state::now_ns()
+        .saturating_sub(def.options.purge_after.as_nanos().min(i64::MAX as u128) as i64);
+    // Two steps, so the purge locks only the rows it deletes: a plain (non-locking) read
+    // finds them, then a delete by primary key removes them, re-checking the condition. A
+    // single `DELETE ... WHERE time_acked ... LIMIT` would lock every row it scans — all
+    // of them on a table without an index on time_acked — and claims, which skip locked
+    // rows, would pass over due messages meanwhile.
+    let find = format!(
+        "SELECT {} FROM {} WHERE {} LIMIT {PURGE_BATCH}",
+        def.key_sql(),
+        def.qualified(),
+        state::purgeable_sql(cutoff)
+    );
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let keys: Vec<Value> = match conn.query(&find).await {
+            Ok(keys) => keys,
+            Err(e) => {
+                warn!("purging {} failed: {e}", def.qualified());
+                return;
+            }
+        };
+        let literals: Vec<String> = keys
+            .into_iter()
+            .filter_map(value_bytes)
+            .filter_map(|k| def.id_literal(&k))
+            .collect();
+        if literals.is_empty() {
+            return;
+        }
+        let delete = format!(
+            "DELETE FROM {} WHERE `id` IN ({}) AND {}",
+            def.qualified(),
+            literals.join(", "),
+            state::purgeable_sql(cutoff)
+        );
+        if let Err(e) = conn.query_drop(&delete).await {
+            warn!("purging {} failed: {e}", def.qualified());
+            return;
+        }
+        stats.record_purged(conn.affected_rows());
+        if (literals.len() as u64) < PURGE_BATCH {
+            return;
+        }
+    }
+}
