@@ -120,7 +120,7 @@ pub enum BackendError {
     Io(#[from] std::io::Error),
     #[error("the backend refused the connection: {0}")]
     Refused(ErrorPacket),
-    #[error("unexpected packet from the backend during login")]
+    #[error("unexpected packet from the backend (not what the MySQL protocol allows here)")]
     Protocol,
     #[error(
         "the backend asks for {0} authentication, which msgproxy cannot do; give the backend user \
@@ -339,16 +339,44 @@ pub enum QueryOutcome {
     Ok { affected_rows: u64, status: u16 },
     /// An ERR packet's payload (the server's own error, to pass on as it is).
     Err(BytesMut),
-    /// A text result set: column definition payloads, row payloads, the final status flags.
+    /// A text result set: column definition payloads, the row payloads kept, the final status
+    /// flags, and how many rows were read past the byte budget and dropped (see [`RowLimit`]).
     ResultSet {
         columns: Vec<BytesMut>,
         rows: Vec<BytesMut>,
         status: u16,
+        dropped: usize,
     },
 }
 
 /// Largest row the proxy reads whole for its own queries (message rows).
 const MAX_OWN_ROW: usize = 1 << 30;
+
+/// Most columns a result set may have: the server's own limit on a table's columns. An answer
+/// announcing more is not from a working server.
+const MAX_COLUMNS: u64 = 4096;
+
+/// How much of a result set the proxy keeps when it reads one for itself, so that neither a
+/// table of very large messages nor a misbehaving server can make it hold unbounded memory.
+#[derive(Debug, Clone, Copy)]
+pub struct RowLimit {
+    /// More rows than this is a protocol error: the statement cannot return them (a claim's
+    /// `SELECT` names its ids).
+    pub rows: usize,
+    /// Rows past this many bytes in all are read off the wire and dropped (counted in
+    /// `dropped`), except the first row, which is always kept. Memory stays within this plus
+    /// one row.
+    pub bytes: usize,
+}
+
+impl RowLimit {
+    /// For statements that return no rows or a few small ones (`LIMIT 0` probes, transaction
+    /// control).
+    pub const FEW: RowLimit = RowLimit {
+        rows: 64,
+        bytes: 1 << 20,
+    };
+}
 
 impl Backend {
     /// Runs one statement (no multi-statements) over this connection and reads its whole answer.
@@ -359,7 +387,7 @@ impl Backend {
         deprecate_eof: bool,
     ) -> Result<QueryOutcome, BackendError> {
         self.send_queries(&[sql]).await?;
-        self.read_outcome(deprecate_eof).await
+        self.read_outcome(deprecate_eof, RowLimit::FEW).await
     }
 
     /// Sends several statements in one write without waiting for their answers (pipelining:
@@ -383,6 +411,7 @@ impl Backend {
     pub async fn read_outcome(
         &mut self,
         deprecate_eof: bool,
+        limit: RowLimit,
     ) -> Result<QueryOutcome, BackendError> {
         let first = self.conn.next_logical_packet(MAX_OWN_ROW).await?;
         match first.payload.first() {
@@ -401,8 +430,9 @@ impl Backend {
         }
         let count = Reader::new(&first.payload)
             .lenenc_int()
+            .filter(|n| *n <= MAX_COLUMNS)
             .ok_or(BackendError::Protocol)?;
-        let mut columns = Vec::with_capacity(count.min(4096) as usize);
+        let mut columns = Vec::with_capacity(count as usize);
         for _ in 0..count {
             columns.push(self.conn.next_logical_packet(MAX_OWN_ROW).await?.payload);
         }
@@ -413,6 +443,8 @@ impl Backend {
             }
         }
         let mut rows = Vec::new();
+        let mut kept_bytes = 0usize;
+        let mut dropped = 0usize;
         loop {
             let p = self.conn.next_logical_packet(MAX_OWN_ROW).await?.payload;
             match p.first() {
@@ -428,11 +460,113 @@ impl Backend {
                         columns,
                         rows,
                         status,
+                        dropped,
                     });
                 }
                 Some(&wire::ERR_HEADER) => return Ok(QueryOutcome::Err(p)),
-                _ => rows.push(p),
+                _ if rows.len() + dropped >= limit.rows => return Err(BackendError::Protocol),
+                _ if !rows.is_empty() && kept_bytes.saturating_add(p.len()) > limit.bytes => {
+                    dropped += 1;
+                }
+                _ => {
+                    kept_bytes = kept_bytes.saturating_add(p.len());
+                    rows.push(p);
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend whose server side is `answer`, already written (packets from sequence id 1).
+    async fn answering(answer: &[&[u8]]) -> Backend {
+        let (ours, mut theirs) = UnixStream::pair().expect("a socket pair");
+        let mut out = BytesMut::new();
+        let mut seq = 1;
+        for payload in answer {
+            seq = packet::encode_packet(&mut out, seq, payload);
+        }
+        theirs.write_all(&out).await.expect("write the answer");
+        // Kept open: the reader must stop at the answer's end, not at the socket's.
+        std::mem::forget(theirs);
+        Backend {
+            conn: PacketReader::new(BackendStream::Unix(ours)),
+            greeting: BackendGreeting {
+                server_version: b"10.11.0-MariaDB".to_vec(),
+                connection_id: 1,
+                capabilities: CapabilityFlags::empty(),
+                collation: 45,
+                status: 0,
+                nonce: Vec::new(),
+                auth_plugin: Vec::new(),
+                mariadb_capabilities: 0,
+            },
+        }
+    }
+
+    /// One column, `rows` rows of ten bytes each, and the end (CLIENT_DEPRECATE_EOF).
+    async fn result_of(rows: usize) -> Backend {
+        let row = [9u8, b'0', b'1', b'2', b'3', b'4', b'5', b'6', b'7', b'8'];
+        let end = [wire::EOF_HEADER, 0, 0, 2, 0, 0, 0];
+        let mut answer: Vec<&[u8]> = vec![&[1], b"column definition"];
+        answer.extend(std::iter::repeat_n(&row[..], rows));
+        answer.push(&end);
+        answering(&answer).await
+    }
+
+    fn limit(rows: usize, bytes: usize) -> RowLimit {
+        RowLimit { rows, bytes }
+    }
+
+    async fn kept_and_dropped(backend: &mut Backend, limit: RowLimit) -> (usize, usize) {
+        match backend.read_outcome(true, limit).await {
+            Ok(QueryOutcome::ResultSet { rows, dropped, .. }) => (rows.len(), dropped),
+            other => panic!("expected a result set, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn rows_past_the_byte_budget_are_dropped_but_the_first_is_kept() {
+        assert_eq!(
+            kept_and_dropped(&mut result_of(3).await, limit(3, 25)).await,
+            (2, 1)
+        );
+        assert_eq!(
+            kept_and_dropped(&mut result_of(3).await, limit(3, 5)).await,
+            (1, 2),
+            "the first row is kept however large"
+        );
+        assert_eq!(
+            kept_and_dropped(&mut result_of(3).await, limit(3, 30)).await,
+            (3, 0)
+        );
+    }
+
+    #[tokio::test]
+    async fn more_rows_than_the_statement_can_return_is_a_protocol_error() {
+        let outcome = result_of(3)
+            .await
+            .read_outcome(true, limit(2, 1 << 20))
+            .await;
+        assert!(
+            matches!(outcome, Err(BackendError::Protocol)),
+            "{outcome:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn more_columns_than_a_table_can_have_is_a_protocol_error() {
+        let count = [0xfc, 0x01, 0x10]; // 4097
+        let outcome = answering(&[&count])
+            .await
+            .read_outcome(true, RowLimit::FEW)
+            .await;
+        assert!(
+            matches!(outcome, Err(BackendError::Protocol)),
+            "{outcome:?}"
+        );
     }
 }

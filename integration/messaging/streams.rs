@@ -8,6 +8,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
 use super::harness::{ack, assert_each_once, comment, counts, exec, ids, secs, Env, Stream};
+use crate::support::eventually;
+use crate::support::metrics::{sample, scrape};
+use crate::support::process::free_port;
 
 fn table_sql(name: &str, comment: &str) -> String {
     format!(
@@ -369,6 +372,78 @@ async fn purges_elsewhere_do_not_hold_up_delivery() {
             .range(1..=40)
             .filter(|(_, s)| s.epoch.is_none())
             .collect::<Vec<_>>()
+    );
+    env.server.stop();
+}
+
+/// Large messages are claimed within the claim's byte budget (16 MiB): eight rows of 3 MiB, all
+/// due at once and offered in one batch, take two claims of at most 5 rows — the rest are left
+/// unclaimed, stay due and go out in the next claim at once — and each is sent once.
+#[tokio::test]
+async fn large_messages_are_claimed_within_the_byte_budget() {
+    const ROWS: i64 = 8;
+    const SIZE: usize = 3 << 20;
+    let mport = free_port();
+    let listen = format!("127.0.0.1:{mport}");
+    let env = Env::private_with("msg_large", &["--metrics-listen", &listen]).await;
+    env.ddl(&format!(
+        "create table big(id bigint primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message mediumblob) comment '{}'",
+        comment("30", 100, "30", "")
+    ))
+    .await;
+    let values: Vec<String> = (1..=ROWS)
+        .map(|id| format!("({id}, repeat(char(64 + {id}), {SIZE}))"))
+        .collect();
+    env.direct(&format!(
+        "insert into big(id, message) values {}",
+        values.join(", ")
+    ))
+    .await;
+    // All eight in the proxy's cache before the stream opens, so they are offered in one batch
+    // (the binlog hands over 24 MiB of rows one by one; a stream open meanwhile would get them
+    // in several).
+    let labels = [("schema", env.db.as_str()), ("table", "big")];
+    assert!(
+        eventually(10, async || {
+            sample(&scrape(mport).await, "msgproxy_message_due", &labels) == Some(ROWS as f64)
+        })
+        .await,
+        "the proxy never saw the {ROWS} rows due"
+    );
+
+    let started = Instant::now();
+    let mut stream = env.stream("big").await;
+    let got = stream.recv_n(ROWS as usize, secs(10.0)).await;
+    assert_each_once(&ids(&got), 1..=ROWS, "large messages");
+    assert!(
+        started.elapsed() < secs(5.0),
+        "the rows a claim left out must go out at once, not after a retry delay or a poll: {:?}",
+        started.elapsed()
+    );
+    for m in &got {
+        let message = match m.values.last().expect("a message column") {
+            mysql_async::Value::Bytes(b) => b,
+            other => panic!("message of {} is {other:?}", m.id),
+        };
+        assert_eq!(message.len(), SIZE, "message {}", m.id);
+        assert!(
+            message.iter().all(|b| *b == 64 + m.id as u8),
+            "message {}",
+            m.id
+        );
+    }
+    let states = env.states("big").await;
+    assert!(
+        states.values().all(|s| s.epoch == Some(1)),
+        "each row claimed exactly once: {states:?}"
+    );
+    let page = scrape(mport).await;
+    let claims = sample(&page, "msgproxy_message_claims_total", &labels);
+    assert_eq!(
+        claims,
+        Some(2.0),
+        "8 × 3 MiB in one batch: two claims (5 rows, then 3) within 16 MiB each"
     );
     env.server.stop();
 }

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod compare;
 pub mod mariadb;
+pub mod metrics;
 pub mod process;
 pub mod proxy;
 pub mod raw;

@@ -305,16 +305,17 @@ impl Drop for Subscription {
 impl Subscription {
     /// Reports that the last batch is finished (sent or not); the subscriber may get another.
     pub fn batch_done(&self, batch: &[Entry], sent: Vec<Entry>) {
-        self.manager.batch_claimed(batch, sent);
+        self.manager.batch_claimed(batch, sent, false);
         self.manager.subscriber_ready(self.id);
     }
 
     /// Reports which rows of the last batch this stream claimed (the claim is committed), before
     /// they are written to the client: from now on they wait for their ack or their new
     /// `time_next` like any sent row, however long the write takes. The subscriber stays busy
-    /// (gets no other batch) until [`Subscription::ready`].
-    pub fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>) {
-        self.manager.batch_claimed(batch, sent);
+    /// (gets no other batch) until [`Subscription::ready`]. `cut_short`: the claim left rows
+    /// out for its byte budget, so the unsent ones are still due (not passed over by a lock).
+    pub fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>, cut_short: bool) {
+        self.manager.batch_claimed(batch, sent, cut_short);
     }
 
     /// The last batch is written to the client: the subscriber may get another.
@@ -471,8 +472,9 @@ impl TableManager {
     }
 
     /// The batch's rows leave `in_flight`: sent ones wait in the schedule for their new
-    /// `time_next`, the others are offered again (see `State::skipped`).
-    fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>) {
+    /// `time_next`, the others are offered again: at once when the claim was `cut_short` by its
+    /// byte budget, after a delay otherwise (see `State::skipped`).
+    fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>, cut_short: bool) {
         let (now, horizon) = self.now_and_horizon();
         let mut state = self.lock();
         for e in batch {
@@ -505,6 +507,9 @@ impl TableManager {
                         }),
                     );
                     state.schedule.insert(sent);
+                }
+                (None, None) if cut_short => {
+                    state.cache.insert(e.clone());
                 }
                 (None, None) => {
                     let tries = state.skipped.get(&e.key).copied().unwrap_or(0);

@@ -20,12 +20,17 @@ use super::cache::Entry;
 use super::manager::Subscription;
 use super::state;
 use super::table::MessageTable;
-use crate::backend::{Backend, BackendError, QueryOutcome};
+use crate::backend::{Backend, BackendError, QueryOutcome, RowLimit};
 use crate::protocol::packet::{encode_packet, PacketReader};
 use crate::protocol::wire::{self, put_lenenc_int, ErrorPacket};
 
 /// How long a stream's backend connection may sit idle before the proxy pings it.
 const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Most bytes of rows one claim keeps (and writes to its client in one go). Rows past it are not
+/// claimed: they stay due and are offered again at once. One row is always claimed, however
+/// large, so a stream's memory stays within this plus one message.
+const CLAIM_BYTES: usize = 16 << 20;
 
 /// How a stream ended.
 pub enum StreamEnd {
@@ -149,7 +154,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut current = (*subscription.manager().definition()).clone();
                 current.stream_columns = def.stream_columns.clone();
                 let def = current;
-                let (rows, sent, delivered) = match claim_batch(backend, deprecate_eof, &def, &batch, &mut seq).await {
+                let ClaimedBatch { packets: rows, sent, delivered, cut_short } = match claim_batch(backend, deprecate_eof, &def, &batch, &mut seq).await {
                     Ok(claimed) => claimed,
                     Err(e) => {
                         subscription.batch_done(&batch, Vec::new());
@@ -168,7 +173,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 // that stops reading blocks the write for as long as it stays connected, and its
                 // rows must come back to the other streams when their time_next passes (the
                 // stream itself stays busy, so it is offered nothing more meanwhile).
-                subscription.batch_claimed(&batch, sent);
+                subscription.batch_claimed(&batch, sent, cut_short);
                 let written = if rows.is_empty() { Ok(()) } else { write_all(client, &rows).await };
                 subscription.ready();
                 if let Err(e) = written {
@@ -209,11 +214,14 @@ async fn claim_batch(
         .filter_map(|e| def.id_literal(&e.key))
         .collect();
     if literals.is_empty() {
-        return Ok((BytesMut::new(), Vec::new(), Vec::new()));
+        return Ok(ClaimedBatch::default());
     }
-    let claimed = claim(backend, deprecate_eof, def, &literals).await?;
+    let (claimed, cut_short) = claim(backend, deprecate_eof, def, &literals).await?;
     if claimed.is_empty() {
-        return Ok((BytesMut::new(), Vec::new(), Vec::new()));
+        return Ok(ClaimedBatch {
+            cut_short,
+            ..ClaimedBatch::default()
+        });
     }
     let mut out = BytesMut::new();
     let mut sent = Vec::with_capacity(claimed.len());
@@ -232,24 +240,38 @@ async fn claim_batch(
             time_next,
         });
     }
-    Ok((out, sent, delivered))
+    Ok(ClaimedBatch {
+        packets: out,
+        sent,
+        delivered,
+        cut_short,
+    })
 }
 
-/// A claimed batch: the rows as packets for the client, as entries with their new `time_next`,
-/// and per row (epoch before the claim, due time as the manager knew it) for the stats.
-type ClaimedBatch = (BytesMut, Vec<Entry>, Vec<(i64, i64)>);
+/// A claimed batch.
+#[derive(Default)]
+struct ClaimedBatch {
+    /// The rows as packets for the client.
+    packets: BytesMut,
+    /// The rows as entries with their new `time_next`.
+    sent: Vec<Entry>,
+    /// Per row, (epoch before the claim, due time as the manager knew it), for the stats.
+    delivered: Vec<(i64, i64)>,
+    /// Rows past [`CLAIM_BYTES`] were left unclaimed: the batch's other rows are still due.
+    cut_short: bool,
+}
 
 /// A claimed row: its payload trimmed to the stream columns, its key, its new `time_next`, its
 /// `epoch` before the claim.
 type Claimed = (BytesMut, Box<[u8]>, i64, i64);
 
-/// The claim transaction.
+/// The claim transaction. Also says whether rows were left unclaimed for [`CLAIM_BYTES`].
 async fn claim(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
     literals: &[String],
-) -> Result<Vec<Claimed>, BatchError> {
+) -> Result<(Vec<Claimed>, bool), BatchError> {
     let now = state::now_ns();
     let stream_columns = def.stream_columns.len();
     let select = format!(
@@ -263,11 +285,22 @@ async fn claim(
     );
     // START TRANSACTION and the locking SELECT go out together (one round trip); both answers
     // are read before either is looked at, so the connection stays in step whatever failed.
-    let (started, selected) =
-        pipeline(backend, deprecate_eof, "START TRANSACTION", &select).await?;
+    // Each id matches one row at most. Rows past CLAIM_BYTES are read and dropped: locked by
+    // the SELECT but left out of the UPDATE, they are released unchanged at the COMMIT.
+    let limit = RowLimit {
+        rows: literals.len(),
+        bytes: CLAIM_BYTES,
+    };
+    let (started, selected) = pipeline(
+        backend,
+        deprecate_eof,
+        ("START TRANSACTION", &select),
+        limit,
+    )
+    .await?;
     expect_ok(backend, deprecate_eof, started).await?;
-    let rows = match selected {
-        QueryOutcome::ResultSet { rows, .. } => rows,
+    let (rows, cut_short) = match selected {
+        QueryOutcome::ResultSet { rows, dropped, .. } => (rows, dropped > 0),
         QueryOutcome::Err(err) => return Err(rollback_after(backend, deprecate_eof, err).await),
         QueryOutcome::Ok { .. } => return Err(BatchError::Backend(BackendError::Protocol)),
     };
@@ -320,7 +353,7 @@ async fn claim(
     let claimed: Vec<Claimed> = claimed.into_iter().map(|(_, c)| c).collect();
     if claimed.is_empty() {
         exec(backend, deprecate_eof, "COMMIT").await?;
-        return Ok(claimed);
+        return Ok((claimed, cut_short));
     }
     let update = format!(
         "UPDATE {table} SET `epoch` = COALESCE(`epoch`, 0) + 1, `time_next` = CASE `id`{cases} END WHERE `id` IN ({ids})",
@@ -330,29 +363,31 @@ async fn claim(
     // The UPDATE and COMMIT go out together too. If the UPDATE fails, the COMMIT that follows
     // it commits nothing: the failed statement was undone (or, on a deadlock, the whole
     // transaction), and the SELECT before it changed nothing. Either way nothing is claimed.
-    let (updated, committed) = pipeline(backend, deprecate_eof, &update, "COMMIT").await?;
+    let (updated, committed) =
+        pipeline(backend, deprecate_eof, (&update, "COMMIT"), RowLimit::FEW).await?;
     expect_ok(backend, deprecate_eof, updated).await?;
     expect_ok(backend, deprecate_eof, committed).await?;
-    Ok(claimed)
+    Ok((claimed, cut_short))
 }
 
-/// Sends two statements in one write and reads both answers.
+/// Sends two statements in one write and reads both answers, the second's rows within
+/// `second_limit`.
 async fn pipeline(
     backend: &mut Backend,
     deprecate_eof: bool,
-    first: &str,
-    second: &str,
+    (first, second): (&str, &str),
+    second_limit: RowLimit,
 ) -> Result<(QueryOutcome, QueryOutcome), BatchError> {
     backend
         .send_queries(&[first, second])
         .await
         .map_err(BatchError::Backend)?;
     let a = backend
-        .read_outcome(deprecate_eof)
+        .read_outcome(deprecate_eof, RowLimit::FEW)
         .await
         .map_err(BatchError::Backend)?;
     let b = backend
-        .read_outcome(deprecate_eof)
+        .read_outcome(deprecate_eof, second_limit)
         .await
         .map_err(BatchError::Backend)?;
     Ok((a, b))
