@@ -11,9 +11,15 @@
 //!   `ROLLBACK`. A transaction that changes more than [`MAX_TX_CHANGES`] message rows keeps only
 //!   "poll this table at commit" per table, so memory stays bounded.
 //! - **Whatever cannot be read exactly** (no column names in the table map, a row image without a
-//!   needed column, MariaDB's compressed events, a partial rollback, an XA transaction that is
-//!   prepared now and committed later) becomes a poll of the affected table at the commit.
-//!   A poll re-reads the table, so it is always correct; it is only slower than a row change.
+//!   needed column, MariaDB's compressed events, a partial rollback) becomes a poll of the
+//!   affected table at the commit. A poll re-reads the table, so it is always correct; it is
+//!   only slower than a row change.
+//! - **XA transactions** are prepared in one group and committed (or rolled back) in a later
+//!   one, with other transactions, XA ones too, in between. The tables each prepared
+//!   transaction touched are kept by its XID (see [`super::xa`]) and polled at its
+//!   `XA COMMIT`/`XA ROLLBACK`. A commit whose XID is not known here (prepared before this
+//!   follower started, forgotten past [`super::xa::MAX_PREPARED_XIDS`], or unreadable) polls
+//!   every message table, since which tables it wrote cannot be known.
 //! - **DDL** (`CREATE`/`ALTER`/`DROP`/`RENAME`/`TRUNCATE TABLE`, database DDL) asks the engine to
 //!   reload its tables, and the tables the statement names to poll.
 //! - **Position**: the end of the last event of the last committed transaction, so a resumed
@@ -27,6 +33,7 @@ use tracing::{debug, warn};
 
 use super::rows::{Layout, RowChange};
 use super::statement::{classify, Statement};
+use super::xa::{is_one_phase, Prepared, XaPrepare, Xid};
 use super::BinlogPosition;
 use crate::messaging::table::MessageTable;
 
@@ -76,6 +83,9 @@ pub trait Sink {
     fn apply(&self, table: &Self::Table, change: RowChange);
     /// Something changed in `table` that is best read back from the table itself.
     fn poll(&self, table: &Self::Table);
+    /// Something may have changed in any message table: poll every loaded one (an XA
+    /// transaction committed whose prepare this follower did not see).
+    fn poll_all(&self);
     /// The loaded tables whose name appears in `sql` (generous: false positives cost a poll).
     fn mentioned(&self, sql: &[u8]) -> Vec<Self::Table>;
     /// DDL was committed: reload the message tables.
@@ -172,8 +182,8 @@ impl<T: TableHandle> Tx<T> {
 pub struct Follower<T> {
     tables: HashMap<u64, Option<Mapped<T>>>,
     tx: Tx<T>,
-    /// Tables of XA transactions prepared and not yet seen committed.
-    xa_prepared: Vec<T>,
+    /// XA transactions prepared and not yet seen committed, with their tables.
+    xa_prepared: Prepared<T>,
     file: String,
     /// Where the last committed transaction ends: where to resume.
     committed: u64,
@@ -190,7 +200,7 @@ impl<T: TableHandle> Follower<T> {
         Follower {
             tables: HashMap::new(),
             tx: Tx::new(),
-            xa_prepared: Vec::new(),
+            xa_prepared: Prepared::default(),
             file: start.file.clone(),
             committed: start.pos,
             last_end: start.pos,
@@ -246,7 +256,11 @@ impl<T: TableHandle> Follower<T> {
                 self.begin(sink);
                 self.tx.state = TxState::AfterGtid;
             }
-            XA_PREPARE_LOG_EVENT => self.xa_prepare(),
+            XA_PREPARE_LOG_EVENT => match XaPrepare::read(event.data()) {
+                // MySQL's `XA COMMIT ... ONE PHASE`: the group commits here.
+                Some(p) if p.one_phase => self.commit(sink),
+                prepare => self.xa_prepare(prepare.map(|p| p.xid)),
+            },
             MARIADB_QUERY_COMPRESSED_EVENT => {
                 // Unreadable here; it may be DDL, so reload (cheap, and coalesced).
                 sink.schema_changed();
@@ -355,20 +369,21 @@ impl<T: TableHandle> Follower<T> {
             }
             Statement::RollbackToSavepoint => self.tx.degrade(),
             Statement::Savepoint | Statement::XaEnd => {}
-            Statement::XaPrepare => return self.xa_prepare(),
+            Statement::XaPrepare => return self.xa_prepare(Xid::from_statement(sql)),
             Statement::XaCommit => {
+                // Rows in this group (`ONE PHASE`; MariaDB writes that as BEGIN ... COMMIT
+                // instead) are this transaction's, and committed now.
                 self.commit(sink);
-                for t in std::mem::take(&mut self.xa_prepared) {
-                    sink.poll(&t);
+                if !is_one_phase(sql) {
+                    self.xa_finished(Xid::from_statement(sql), sink);
                 }
                 return;
             }
             Statement::XaRollback => {
                 self.tx.take();
-                // Which prepared transaction this was is not tracked; a poll is harmless.
-                for t in std::mem::take(&mut self.xa_prepared) {
-                    sink.poll(&t);
-                }
+                // Nothing becomes visible, but the transaction's row locks go (rows a claim's
+                // SKIP LOCKED passed over): a poll is cheap and may find them.
+                self.xa_finished(Xid::from_statement(sql), sink);
                 return;
             }
             Statement::Ddl => {
@@ -426,13 +441,29 @@ impl<T: TableHandle> Follower<T> {
     }
 
     /// An XA transaction is prepared: it commits (or not) in a later event group that carries
-    /// no rows. Its tables are polled then.
-    fn xa_prepare(&mut self) {
+    /// no rows. Its tables are polled then, found by its XID. Without one (unreadable) nothing
+    /// is kept: its commit will not be recognised, and polls every table.
+    fn xa_prepare(&mut self, xid: Option<Xid>) {
         self.tx.degrade();
         let (_, polls) = self.tx.take();
-        for t in polls {
-            if !self.xa_prepared.iter().any(|p| p.same(&t)) {
-                self.xa_prepared.push(t);
+        match xid {
+            Some(xid) => self.xa_prepared.prepared(xid, polls),
+            None => debug!("binlog: an XA prepare without a readable XID"),
+        }
+    }
+
+    /// An XA transaction committed or rolled back: its tables are polled, or every table if
+    /// which ones is not known.
+    fn xa_finished<S: Sink<Table = T>>(&mut self, xid: Option<Xid>, sink: &S) {
+        match xid.and_then(|xid| self.xa_prepared.finished(&xid)) {
+            Some(tables) => {
+                for t in tables {
+                    sink.poll(&t);
+                }
+            }
+            None => {
+                debug!("binlog: an XA commit or rollback whose prepare was not seen; polling all");
+                sink.poll_all();
             }
         }
     }

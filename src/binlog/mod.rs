@@ -13,6 +13,8 @@
 //! - [`follow`] — the events, without I/O: table maps, transactions, commits, DDL, positions.
 //! - [`rows`] — a row image as the engine wants it (the key built like the poller builds it).
 //! - [`statement`] — what a query event is: `BEGIN`, `COMMIT`, DDL, ....
+//! - [`xa`] — XA transactions: the XIDs of prepares and commits, and the message tables of each
+//!   transaction prepared and not yet committed.
 //!
 //! Nothing here is needed for correctness: a row change reaches a manager only as a hint (the
 //! claim re-checks every row), and whatever cannot be read exactly becomes a poll.
@@ -22,6 +24,7 @@ pub mod prereq;
 pub mod rows;
 pub mod statement;
 pub mod watcher;
+pub mod xa;
 
 pub use watcher::BinlogWatcher;
 

@@ -86,6 +86,19 @@ pub fn classify(sql: &[u8]) -> Statement {
     }
 }
 
+/// What follows the first `n` words of `sql` (comments and white space skipped), e.g. the XID
+/// of `XA COMMIT X'31',X'',1`.
+pub fn after_words(sql: &[u8], n: usize) -> &[u8] {
+    let mut words = Words { sql, at: 0 };
+    for _ in 0..n {
+        if words.next_upper().is_none() {
+            return &[];
+        }
+    }
+    words.skip_noise();
+    &sql[words.at.min(sql.len())..]
+}
+
 /// Whether `sql` contains `name` (ASCII case-insensitively) as a whole identifier, not as part
 /// of a longer one: `m` is named in ``INSERT INTO `m` `` and `db.m`, not in `CREATE` or `m2`.
 /// Still generous (a string literal counts); a false positive costs one poll.
@@ -246,6 +259,18 @@ mod tests {
             assert!(!names_identifier(sql.as_bytes(), b"m"), "{sql}");
         }
         assert!(!names_identifier(b"x", b""));
+    }
+
+    #[test]
+    fn what_follows_words() {
+        assert_eq!(after_words(b"XA COMMIT X'31',X'',1", 2), b"X'31',X'',1");
+        assert_eq!(
+            after_words(b"/* c */ xa  commit\n 'a' ONE PHASE", 2),
+            b"'a' ONE PHASE"
+        );
+        assert_eq!(after_words(b"XA COMMIT", 2), b"");
+        assert_eq!(after_words(b"XA", 2), b"");
+        assert_eq!(after_words(b"'a'", 0), b"'a'");
     }
 
     #[test]

@@ -653,6 +653,12 @@ impl Sink for EngineSink {
         table.request_poll();
     }
 
+    fn poll_all(&self) {
+        for m in self.engine.managers() {
+            m.request_poll();
+        }
+    }
+
     fn mentioned(&self, sql: &[u8]) -> Vec<Arc<TableManager>> {
         let mut tables = self.engine.tables_mentioned(sql);
         // The engine's test matches anywhere (a table `m` in every `CREATE`); here whole
