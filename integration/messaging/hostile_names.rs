@@ -179,3 +179,79 @@ async fn binary_ids() {
     ids.push((b"a'b\\c".to_vec(), string_literal("a'b\\c")));
     round_trip(&env, "bin`ids", true, &ids).await;
 }
+
+/// `timestamp(6)` ids, streamed and acked by sessions in another time zone than the server's
+/// (and the proxy's own connections): the same instants are claimed and acked, each once.
+#[tokio::test]
+async fn timestamp_ids_in_a_session_time_zone_of_its_own() {
+    let env = Env::new("msg_hostile_timestamp_ids").await;
+    env.ddl(&table_ddl("ts ids", "timestamp(6)")).await;
+    // Inserted in UTC; the stream and the acks run at +05:00, where the same instants read
+    // five hours later.
+    let utc = [
+        "2026-01-02 03:04:05.000001",
+        "2026-06-30 23:59:59.999999",
+        "2030-12-31 00:00:00",
+    ];
+    let local = [
+        "2026-01-02 08:04:05.000001",
+        "2026-07-01 04:59:59.999999",
+        "2030-12-31 05:00:00.000000",
+    ];
+    let values: Vec<String> = utc
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("('{t}', 'm{i}')"))
+        .collect();
+    let mut c = env.direct_conn().await;
+    c.query_drop(format!(
+        "SET time_zone = '+00:00'; insert into {}(id, message) values {}",
+        ident("ts ids"),
+        values.join(", ")
+    ))
+    .await
+    .expect("insert in UTC");
+    let _ = c.disconnect().await;
+
+    let zone = "SET time_zone = '+05:00'";
+    let mut stream = Stream::open_with(
+        env.proxy.port(),
+        &env.db,
+        &[zone],
+        &format!("STREAM * FROM {}", ident("ts ids")),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("STREAM: {e:?}\n{}", env.log()));
+    let got = stream.recv_n(utc.len(), secs(4.0)).await;
+    let mut seen: Vec<String> = got
+        .iter()
+        .map(|m| String::from_utf8(first_bytes(&m.values)).expect("a timestamp is text"))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen, local,
+        "every instant once, shown in the stream's time zone"
+    );
+
+    let mut c = env.proxy_conn().await;
+    exec(&mut c, zone).await.expect("set the time zone");
+    for t in local {
+        let sql = format!("ACK {} '{t}'", ident("ts ids"));
+        let n = exec(&mut c, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", env.log()));
+        assert_eq!(n, 1, "{sql}");
+    }
+    let _ = c.disconnect().await;
+    stream
+        .expect_quiet(secs(2.5), "every message was acked")
+        .await;
+    stream.close();
+    // The binlog's rows of this table were read (keyed like the poller keys them), not left
+    // to polling.
+    let log = env.log();
+    assert!(
+        !log.contains("its changes are picked up by polling"),
+        "the watcher gave up on the timestamp ids:\n{log}"
+    );
+}

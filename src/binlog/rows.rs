@@ -19,9 +19,12 @@
 //!   fixed-length `BINARY(n)` (and MariaDB's `UUID`/`INET4`/`INET6`, stored the same way) while
 //!   `HEX()` shows it, so those are padded back with zero bytes to the column's length. `CHAR`
 //!   loses its trailing spaces both in the binlog and in `HEX()`, so it needs nothing.
+//! - `timestamp` ids: the instant, as `UNIX_TIMESTAMP()` prints it — seconds, and the column's
+//!   fractional digits (`1796122806.733` for `timestamp(3)`).
 //!
-//! Ids keyed by the text form of a value the binlog carries in another form (dates, times,
-//! `ENUM`, `SET`) are not rebuilt: rows of such tables are picked up by a poll.
+//! Ids keyed by the text form of a value the binlog carries in another form (`date`,
+//! `datetime`, `time`, `ENUM`, `SET`) are not rebuilt: rows of such tables are picked up by a
+//! poll.
 
 use mysql_common::binlog::events::{OptionalMetaExtractor, RowsEventData, TableMapEvent};
 #[cfg(debug_assertions)]
@@ -52,6 +55,9 @@ enum KeyCodec {
     Year,
     /// Text and binary ids: upper-case hex, zero-padded to `pad_to` bytes when set.
     Hex { pad_to: Option<usize> },
+    /// `timestamp(fsp)` ids: seconds since the epoch, with `fsp` fractional digits, as
+    /// `UNIX_TIMESTAMP()` prints them.
+    Timestamp { fsp: usize },
 }
 
 /// Where the columns the engine cares about sit in one table map's rows, and how to step over
@@ -466,6 +472,12 @@ fn codec_for(kind: &IdKind, ty: ColumnType, meta: &[u8]) -> Result<KeyCodec, Str
             | MYSQL_TYPE_LONG_BLOB => Ok(KeyCodec::Hex { pad_to: None }),
             _ => unsupported(),
         },
+        IdKind::Timestamp => match (ty, meta.first()) {
+            (MYSQL_TYPE_TIMESTAMP2, Some(&fsp)) if fsp <= 6 => {
+                Ok(KeyCodec::Timestamp { fsp: fsp as usize })
+            }
+            _ => unsupported(),
+        },
         IdKind::Binary => match ty {
             MYSQL_TYPE_VARCHAR
             | MYSQL_TYPE_VAR_STRING
@@ -503,6 +515,9 @@ fn key_of(value: &Value, codec: KeyCodec) -> Option<Box<[u8]>> {
         (KeyCodec::Decimal, Value::Bytes(b)) => normalize_decimal(std::str::from_utf8(b).ok()?)?,
         (KeyCodec::Year, Value::Bytes(b)) => year_text(std::str::from_utf8(b).ok()?)?,
         (KeyCodec::Year, Value::Int(y)) => year_text(&y.to_string())?,
+        (KeyCodec::Timestamp { fsp }, Value::Bytes(b)) => {
+            timestamp_text(std::str::from_utf8(b).ok()?, fsp)?
+        }
         (KeyCodec::Hex { pad_to }, Value::Bytes(b)) => {
             let len = pad_to.map_or(b.len(), |p| p.max(b.len()));
             return Some(upper_hex(b, len).into_bytes().into_boxed_slice());
@@ -510,6 +525,23 @@ fn key_of(value: &Value, codec: KeyCodec) -> Option<Box<[u8]>> {
         _ => return None,
     };
     Some(text.into_bytes().into_boxed_slice())
+}
+
+/// A `timestamp(fsp)` as `UNIX_TIMESTAMP()` prints it (`1767323045.120`), from mysql_common's
+/// text of the binlog value: seconds, then `.` and six digits of microseconds unless they are
+/// zero. The seconds are an unsigned 32-bit number that mysql_common prints as signed.
+fn timestamp_text(text: &str, fsp: usize) -> Option<String> {
+    let (sec, usec) = text.split_once('.').unwrap_or((text, "000000"));
+    let sec: i64 = sec.parse().ok()?;
+    let sec = if sec < 0 { sec + (1 << 32) } else { sec };
+    if !(0..1 << 32).contains(&sec) || usec.len() != 6 || !usec.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    Some(match fsp {
+        0 => sec.to_string(),
+        _ => format!("{sec}.{}", &usec[..fsp]),
+    })
 }
 
 /// Upper-case hex of `bytes`, followed by `00` pairs up to `len` bytes.
@@ -631,6 +663,32 @@ pub(crate) mod tests {
         assert_eq!(k("1901").as_deref(), Some("1901"));
         assert_eq!(k("1900").as_deref(), Some("0000"));
         assert_eq!(k("x"), None);
+    }
+
+    #[test]
+    fn timestamp_keys_are_what_unix_timestamp_prints() {
+        let k = |s: &str, fsp| {
+            key_of(
+                &Value::Bytes(s.as_bytes().to_vec()),
+                KeyCodec::Timestamp { fsp },
+            )
+            .map(|k| String::from_utf8(k.to_vec()).unwrap_or_default())
+        };
+        // As mysql_common prints TIMESTAMP2 values, against UNIX_TIMESTAMP() on MariaDB 10.11.
+        assert_eq!(k("1796122806", 0).as_deref(), Some("1796122806"));
+        assert_eq!(k("1796122806.733000", 3).as_deref(), Some("1796122806.733"));
+        assert_eq!(k("1796122806", 3).as_deref(), Some("1796122806.000"));
+        assert_eq!(
+            k("1796122806.733922", 6).as_deref(),
+            Some("1796122806.733922")
+        );
+        assert_eq!(k("0", 0).as_deref(), Some("0"));
+        assert_eq!(k("0", 6).as_deref(), Some("0.000000"));
+        // Past 2038 the unsigned seconds come out negative.
+        assert_eq!(k("-2147483648", 0).as_deref(), Some("2147483648"));
+        for bad in ["", "x", "1.5", "1.1234567", "1.12345x"] {
+            assert_eq!(k(bad, 6), None, "{bad:?}");
+        }
     }
 
     #[test]

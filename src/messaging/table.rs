@@ -13,13 +13,20 @@
 //! |---|---|---|
 //! | integer, decimal, year | the value as text: `` `id` `` | the same text, if it is a plain number |
 //! | binary, varbinary, blob, uuid, inet4/6 | `` HEX(`id`) `` | `X'…'` |
-//! | text types (with a charset), temporal types | `` HEX(`id`) `` | `_charset X'…'` |
+//! | text types (with a charset), `date`, `datetime`, `time` | `` HEX(`id`) `` | `_charset X'…'` |
+//! | `timestamp` | `` UNIX_TIMESTAMP(`id`) ``: the instant | `FROM_UNIXTIME(…)` (`'0000-00-00 00:00:00'` for 0) |
 //!
 //! The text literal uses a charset introducer, not `CONVERT(X'…' USING cs)`: `CONVERT` yields the charset's
 //! *default* collation with implicit coercibility, which clashes with a column of another collation of the same
 //! charset (`ERROR 1267 Illegal mix of collations`, checked on MariaDB 10.11 with a `latin1_general_cs` id). An
 //! introduced literal has literal coercibility, so the column's own collation decides the comparison. Because the
 //! id is the whole primary key, that comparison matches exactly one row.
+//!
+//! A `timestamp` is an instant, shown in the session's time zone: its text would name another row (or none) in a
+//! session of another zone, and claims run in the streaming client's own session while the poller's connections
+//! have the server's default zone. So its key is the instant, and the literal turns it back into the session's
+//! local time, which the server turns back into the instant. (In a zone with daylight saving, a local time of
+//! the hour repeated when clocks go back names two instants; the server picks one of them.)
 
 use super::options::{parse_comment, MessageOptions, OptionsError};
 
@@ -48,6 +55,8 @@ pub enum IdKind {
     },
     /// Binary ids: the key is the hex of the bytes.
     Binary,
+    /// `timestamp` ids: the key is the instant, `UNIX_TIMESTAMP()`'s decimal text.
+    Timestamp,
 }
 
 /// A loaded message table.
@@ -263,12 +272,11 @@ pub fn validate(
 
 /// How the id column maps to a key, or why it cannot be used.
 ///
-/// Types without a character set that are not numbers or binary strings (`date`, `datetime`, `timestamp`,
-/// `time`, and any type this list does not know) are keyed as text in `utf8mb4`: `HEX()` of such a value is the
-/// hex of its text form, which is ASCII, and comparing the text literal with the column converts it back to the
-/// column's type. (A `timestamp` id's text form follows the session time zone; the engine's connections share
-/// one.) `uuid`, `inet4` and `inet6` are the exception: `HEX()` gives their binary form, and `X'…'` compares
-/// with them as that binary form — checked on MariaDB 10.11.
+/// Types without a character set that are not numbers or binary strings (`date`, `datetime`, `time`, and any
+/// type this list does not know) are keyed as text in `utf8mb4`: `HEX()` of such a value is the hex of its text
+/// form, which is ASCII, and comparing the text literal with the column converts it back to the column's type.
+/// `timestamp` is keyed by its instant instead (see the module docs). `uuid`, `inet4` and `inet6` are binary:
+/// `HEX()` gives their binary form, and `X'…'` compares with them as that binary form — checked on MariaDB 10.11.
 fn id_kind(id: &ColumnInfo) -> Result<IdKind, &'static str> {
     let ty = id.data_type.as_str();
     if INTEGER_TYPES.contains(&ty) || matches!(ty, "decimal" | "numeric" | "dec" | "fixed" | "year")
@@ -286,6 +294,7 @@ fn id_kind(id: &ColumnInfo) -> Result<IdKind, &'static str> {
         | "inet4" | "inet6" => {
             return Ok(IdKind::Binary);
         }
+        "timestamp" => return Ok(IdKind::Timestamp),
         _ => {}
     }
     match &id.charset {
@@ -334,6 +343,7 @@ impl MessageTable {
         match self.id_kind {
             IdKind::Numeric => id,
             IdKind::Text { .. } | IdKind::Binary => format!("HEX({id})"),
+            IdKind::Timestamp => format!("UNIX_TIMESTAMP({id})"),
         }
     }
 
@@ -345,6 +355,17 @@ impl MessageTable {
                 is_plain_number(key).then(|| String::from_utf8_lossy(key).into_owned())
             }
             IdKind::Binary => is_hex(key).then(|| format!("X'{}'", String::from_utf8_lossy(key))),
+            IdKind::Timestamp => {
+                if key.first() == Some(&b'-') || !is_plain_number(key) {
+                    None
+                } else if key.iter().all(|b| matches!(b, b'0' | b'.')) {
+                    // The zero timestamp (no instant: FROM_UNIXTIME(0) is 1970-01-01, which a
+                    // timestamp cannot hold).
+                    Some("'0000-00-00 00:00:00'".to_string())
+                } else {
+                    Some(format!("FROM_UNIXTIME({})", String::from_utf8_lossy(key)))
+                }
+            }
             IdKind::Text { charset } => {
                 let charset_ok = !charset.is_empty()
                     && charset
@@ -684,7 +705,8 @@ mod tests {
             kind(with_charset(col("id", "varchar"), "binary")),
             Ok(IdKind::Binary)
         );
-        for ty in ["date", "datetime", "timestamp", "time", "something_new"] {
+        assert_eq!(kind(col("id", "timestamp")), Ok(IdKind::Timestamp));
+        for ty in ["date", "datetime", "time", "something_new"] {
             assert_eq!(
                 kind(col("id", ty)),
                 Ok(IdKind::Text {
@@ -709,6 +731,26 @@ mod tests {
         let mut cols = rfc();
         cols[0] = pk(id);
         validate("test", "m", opts(), &cols).expect("valid")
+    }
+
+    #[test]
+    fn timestamp_keys_are_instants() {
+        let t = table_with_id(col("id", "timestamp"));
+        assert_eq!(t.key_sql(), "UNIX_TIMESTAMP(`id`)");
+        let lit = |k: &str| t.id_literal(k.as_bytes());
+        assert_eq!(
+            lit("1796122806").as_deref(),
+            Some("FROM_UNIXTIME(1796122806)")
+        );
+        assert_eq!(
+            lit("1796122806.733922").as_deref(),
+            Some("FROM_UNIXTIME(1796122806.733922)")
+        );
+        assert_eq!(lit("0").as_deref(), Some("'0000-00-00 00:00:00'"));
+        assert_eq!(lit("0.000").as_deref(), Some("'0000-00-00 00:00:00'"));
+        for bad in ["", "-1", "1e5", "1,2", "1) OR (1", "x"] {
+            assert_eq!(lit(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
