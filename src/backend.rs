@@ -413,6 +413,18 @@ impl Backend {
         deprecate_eof: bool,
         limit: RowLimit,
     ) -> Result<QueryOutcome, BackendError> {
+        self.read_outcome_with(deprecate_eof, limit, &mut |_| {})
+            .await
+    }
+
+    /// [`Backend::read_outcome`], handing each row dropped for `limit.bytes` to `dropped_row`
+    /// (to note what it needs of it) before letting it go.
+    pub async fn read_outcome_with(
+        &mut self,
+        deprecate_eof: bool,
+        limit: RowLimit,
+        dropped_row: &mut (dyn FnMut(BytesMut) + Send),
+    ) -> Result<QueryOutcome, BackendError> {
         let first = self.conn.next_logical_packet(MAX_OWN_ROW).await?;
         match first.payload.first() {
             Some(&wire::OK_HEADER) => {
@@ -467,6 +479,7 @@ impl Backend {
                 _ if rows.len() + dropped >= limit.rows => return Err(BackendError::Protocol),
                 _ if !rows.is_empty() && kept_bytes.saturating_add(p.len()) > limit.bytes => {
                     dropped += 1;
+                    dropped_row(p);
                 }
                 _ => {
                     kept_bytes = kept_bytes.saturating_add(p.len());

@@ -70,6 +70,13 @@ async fn errors_name_the_table_and_the_reason_and_the_session_goes_on() {
         comment("1", 1, "1", ",vt_message_cols=message|id")
     ))
     .await;
+    env.ddl(&format!(
+        "create table id_on_update(id timestamp(6) not null default current_timestamp(6) \
+         on update current_timestamp(6) primary key, time_next bigint, epoch bigint, \
+         time_acked bigint, message varchar(10)) comment '{}'",
+        comment("1", 1, "1", "")
+    ))
+    .await;
 
     let mut c = env.proxy_conn().await;
     let mut d = env.direct_conn().await;
@@ -93,6 +100,10 @@ async fn errors_name_the_table_and_the_reason_and_the_session_goes_on() {
         ("no_acked", &["no_acked", "time_acked"]),
         ("unknown_opt", &["unknown_opt", "vt_bogus_option"]),
         ("cols_without_id", &["cols_without_id", "vt_message_cols"]),
+        (
+            "id_on_update",
+            &["id_on_update", "ON UPDATE CURRENT_TIMESTAMP"],
+        ),
     ];
     for (table, words) in cases {
         for sql in [format!("STREAM * FROM {table}"), format!("ACK {table} 1")] {

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use mysql_async::prelude::*;
 use mysql_async::Value;
 
-use super::harness::{comment, exec, secs, Env, Stream};
+use super::harness::{comment, exec, secs, Env, Msg, Stream};
 
 /// `name` as a backtick-quoted identifier (embedded backticks doubled).
 fn ident(name: &str) -> String {
@@ -254,4 +254,94 @@ async fn timestamp_ids_in_a_session_time_zone_of_its_own() {
         !log.contains("its changes are picked up by polling"),
         "the watcher gave up on the timestamp ids:\n{log}"
     );
+}
+
+/// The `epoch` of each row of `dst ids`, most claimed first.
+async fn epochs(env: &Env) -> Vec<Option<i64>> {
+    let mut c = env.direct_conn().await;
+    let epochs: Vec<Option<i64>> = c
+        .query(format!(
+            "SELECT epoch FROM {} ORDER BY COALESCE(epoch, 0) DESC",
+            ident("dst ids")
+        ))
+        .await
+        .expect("read the epochs");
+    let _ = c.disconnect().await;
+    epochs
+}
+
+/// `timestamp` ids in the hour a daylight-saving zone repeats: 00:30 and 01:30 UTC on
+/// 2025-10-26 both read `02:30:00` in Europe/Berlin. A stream in that zone gets one of them —
+/// the one the server picks for that text — and never the other in its place; a stream at
+/// +00:00 gets the other. Each is sent once.
+#[tokio::test]
+async fn timestamp_ids_in_a_repeated_hour() {
+    let env = Env::new("msg_hostile_dst_ids").await;
+    let zones = std::process::Command::new("mariadb-tzinfo-to-sql")
+        .args(["/usr/share/zoneinfo/Europe/Berlin", "Europe/Berlin"])
+        .output()
+        .expect("run mariadb-tzinfo-to-sql");
+    assert!(zones.status.success(), "mariadb-tzinfo-to-sql failed");
+    let mut c = env.direct_conn().await;
+    c.query_drop(format!(
+        "USE mysql; {}; USE {}",
+        String::from_utf8_lossy(&zones.stdout)
+            .trim_end()
+            .trim_end_matches(';'),
+        ident(&env.db)
+    ))
+    .await
+    .expect("load the Europe/Berlin time zone");
+    // An ack wait longer than the test, so that nothing is sent twice.
+    env.ddl(&format!(
+        "create table {}(id timestamp primary key, time_next bigint, epoch bigint, \
+         time_acked bigint, message varchar(20)) comment '{}'",
+        ident("dst ids"),
+        comment("30", 10, "1", "")
+    ))
+    .await;
+    c.query_drop(format!(
+        "SET time_zone = '+00:00'; insert into {}(id, message) values \
+         ('2025-10-26 00:30:00', 'summer'), ('2025-10-26 01:30:00', 'winter')",
+        ident("dst ids")
+    ))
+    .await
+    .expect("insert in UTC");
+    let _ = c.disconnect().await;
+    let stream_sql = format!("STREAM * FROM {}", ident("dst ids"));
+
+    let berlin = ["SET time_zone = 'Europe/Berlin'"];
+    let mut local = Stream::open_with(env.proxy.port(), &env.db, &berlin, &stream_sql)
+        .await
+        .unwrap_or_else(|e| panic!("STREAM in Berlin: {e:?}\n{}", env.log()));
+    let first = local.recv_n(1, secs(3.0)).await;
+    let text = |m: &Msg| String::from_utf8(first_bytes(&m.values)).expect("text");
+    assert_eq!(text(&first[0]), "2025-10-26 02:30:00");
+    local
+        .expect_quiet(secs(2.5), "the other instant cannot be named in this zone")
+        .await;
+    assert_eq!(
+        epochs(&env).await,
+        vec![Some(1), None],
+        "exactly one row claimed"
+    );
+
+    let utc = ["SET time_zone = '+00:00'"];
+    let mut other = Stream::open_with(env.proxy.port(), &env.db, &utc, &stream_sql)
+        .await
+        .unwrap_or_else(|e| panic!("STREAM in UTC: {e:?}\n{}", env.log()));
+    let second = other.recv_n(1, secs(3.0)).await;
+    let message = |m: &Msg| m.values.last().cloned();
+    assert_ne!(
+        message(&first[0]),
+        message(&second[0]),
+        "the stream at +00:00 gets the other message"
+    );
+    assert_eq!(
+        epochs(&env).await,
+        vec![Some(1), Some(1)],
+        "each row claimed once"
+    );
+    local.close();
+    other.close();
 }

@@ -299,6 +299,7 @@ fn column_info(cols: &[Col], pk: &str) -> Vec<ColumnInfo> {
             .to_string(),
             charset: (c.ty == VARCHAR).then(|| "utf8mb4".to_string()),
             in_primary_key: c.name == pk,
+            set_on_update: false,
         })
         .collect()
 }

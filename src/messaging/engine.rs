@@ -246,7 +246,7 @@ impl Engine {
         }
         let rows: Vec<Row> = conn
             .query(
-                "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.CHARACTER_SET_NAME, c.COLUMN_KEY \
+                "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.CHARACTER_SET_NAME, c.COLUMN_KEY, c.EXTRA \
                  FROM information_schema.COLUMNS c JOIN information_schema.TABLES t \
                    ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME \
                  WHERE t.TABLE_COMMENT LIKE 'vitess\\_message%' AND t.TABLE_TYPE = 'BASE TABLE' \
@@ -283,11 +283,13 @@ impl Engine {
             let data_type: String = row.take(3).unwrap_or_default();
             let charset: Option<String> = row.take(4).unwrap_or_default();
             let key: String = row.take(5).unwrap_or_default();
+            let extra: String = row.take(6).unwrap_or_default();
             columns.entry((schema, name)).or_default().push(ColumnInfo {
                 name: column,
                 data_type: data_type.to_ascii_lowercase(),
                 charset,
                 in_primary_key: key == "PRI",
+                set_on_update: extra.to_ascii_lowercase().contains("on update"),
             });
         }
         Ok(candidates

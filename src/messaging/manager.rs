@@ -305,17 +305,17 @@ impl Drop for Subscription {
 impl Subscription {
     /// Reports that the last batch is finished (sent or not); the subscriber may get another.
     pub fn batch_done(&self, batch: &[Entry], sent: Vec<Entry>) {
-        self.manager.batch_claimed(batch, sent, false);
+        self.manager.batch_claimed(batch, sent, &[]);
         self.manager.subscriber_ready(self.id);
     }
 
     /// Reports which rows of the last batch this stream claimed (the claim is committed), before
     /// they are written to the client: from now on they wait for their ack or their new
     /// `time_next` like any sent row, however long the write takes. The subscriber stays busy
-    /// (gets no other batch) until [`Subscription::ready`]. `cut_short`: the claim left rows
-    /// out for its byte budget, so the unsent ones are still due (not passed over by a lock).
-    pub fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>, cut_short: bool) {
-        self.manager.batch_claimed(batch, sent, cut_short);
+    /// (gets no other batch) until [`Subscription::ready`]. `left_out`: rows the claim left out
+    /// for its byte budget, still due (not passed over for a lock).
+    pub fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>, left_out: &[Box<[u8]>]) {
+        self.manager.batch_claimed(batch, sent, left_out);
     }
 
     /// The last batch is written to the client: the subscriber may get another.
@@ -472,9 +472,10 @@ impl TableManager {
     }
 
     /// The batch's rows leave `in_flight`: sent ones wait in the schedule for their new
-    /// `time_next`, the others are offered again: at once when the claim was `cut_short` by its
-    /// byte budget, after a delay otherwise (see `State::skipped`).
-    fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>, cut_short: bool) {
+    /// `time_next`, the others are offered again: at once those `left_out` for the claim's byte
+    /// budget, after a delay the others (see `State::skipped`).
+    fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>, left_out: &[Box<[u8]>]) {
+        let left_out: HashSet<&[u8]> = left_out.iter().map(|k| &k[..]).collect();
         let (now, horizon) = self.now_and_horizon();
         let mut state = self.lock();
         for e in batch {
@@ -508,7 +509,7 @@ impl TableManager {
                     );
                     state.schedule.insert(sent);
                 }
-                (None, None) if cut_short => {
+                (None, None) if left_out.contains(&e.key[..]) => {
                     state.cache.insert(e.clone());
                 }
                 (None, None) => {

@@ -45,26 +45,26 @@ pub async fn acked_rows(
                 return;
             }
         };
-        let literals: Vec<String> = keys
-            .into_iter()
-            .filter_map(value_bytes)
-            .filter_map(|k| def.id_literal(&k))
-            .collect();
-        if literals.is_empty() {
+        let found = keys.len() as u64;
+        let keys: Vec<Box<[u8]>> = keys.into_iter().filter_map(value_bytes).collect();
+        let Some(ids) = def.ids_sql(keys.iter().map(|k| &k[..])) else {
             return;
-        }
+        };
         let delete = format!(
-            "DELETE FROM {} WHERE `id` IN ({}) AND {}",
+            "DELETE FROM {} WHERE {ids} AND {}",
             def.qualified(),
-            literals.join(", "),
             state::purgeable_sql(cutoff)
         );
         if let Err(e) = conn.query_drop(&delete).await {
             warn!("purging {} failed: {e}", def.qualified());
             return;
         }
-        stats.record_purged(conn.affected_rows());
-        if (literals.len() as u64) < PURGE_BATCH {
+        let deleted = conn.affected_rows();
+        stats.record_purged(deleted);
+        // A batch that deleted nothing (its rows were named by keys this session cannot
+        // reach, or purged meanwhile by another proxy) would be found again at once: stop
+        // until the next tick rather than spin.
+        if found < PURGE_BATCH || deleted == 0 {
             return;
         }
     }

@@ -154,7 +154,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut current = (*subscription.manager().definition()).clone();
                 current.stream_columns = def.stream_columns.clone();
                 let def = current;
-                let ClaimedBatch { packets: rows, sent, delivered, cut_short } = match claim_batch(backend, deprecate_eof, &def, &batch, &mut seq).await {
+                let ClaimedBatch { packets: rows, sent, delivered, left_out } = match claim_batch(backend, deprecate_eof, &def, &batch, &mut seq).await {
                     Ok(claimed) => claimed,
                     Err(e) => {
                         subscription.batch_done(&batch, Vec::new());
@@ -173,7 +173,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 // that stops reading blocks the write for as long as it stays connected, and its
                 // rows must come back to the other streams when their time_next passes (the
                 // stream itself stays busy, so it is offered nothing more meanwhile).
-                subscription.batch_claimed(&batch, sent, cut_short);
+                subscription.batch_claimed(&batch, sent, &left_out);
                 let written = if rows.is_empty() { Ok(()) } else { write_all(client, &rows).await };
                 subscription.ready();
                 if let Err(e) = written {
@@ -209,17 +209,11 @@ async fn claim_batch(
     batch: &[Entry],
     seq: &mut u8,
 ) -> Result<ClaimedBatch, BatchError> {
-    let literals: Vec<String> = batch
-        .iter()
-        .filter_map(|e| def.id_literal(&e.key))
-        .collect();
-    if literals.is_empty() {
-        return Ok(ClaimedBatch::default());
-    }
-    let (claimed, cut_short) = claim(backend, deprecate_eof, def, &literals).await?;
+    let keys: Vec<&[u8]> = batch.iter().map(|e| &e.key[..]).collect();
+    let (claimed, left_out) = claim(backend, deprecate_eof, def, &keys).await?;
     if claimed.is_empty() {
         return Ok(ClaimedBatch {
-            cut_short,
+            left_out,
             ..ClaimedBatch::default()
         });
     }
@@ -244,7 +238,7 @@ async fn claim_batch(
         packets: out,
         sent,
         delivered,
-        cut_short,
+        left_out,
     })
 }
 
@@ -257,29 +251,32 @@ struct ClaimedBatch {
     sent: Vec<Entry>,
     /// Per row, (epoch before the claim, due time as the manager knew it), for the stats.
     delivered: Vec<(i64, i64)>,
-    /// Rows past [`CLAIM_BYTES`] were left unclaimed: the batch's other rows are still due.
-    cut_short: bool,
+    /// The keys of rows left unclaimed for [`CLAIM_BYTES`]: still due.
+    left_out: Vec<Box<[u8]>>,
 }
 
 /// A claimed row: its payload trimmed to the stream columns, its key, its new `time_next`, its
 /// `epoch` before the claim.
 type Claimed = (BytesMut, Box<[u8]>, i64, i64);
 
-/// The claim transaction. Also says whether rows were left unclaimed for [`CLAIM_BYTES`].
+/// The claim transaction of the rows with `keys`. Also returns the keys of rows left unclaimed
+/// for [`CLAIM_BYTES`].
 async fn claim(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
-    literals: &[String],
-) -> Result<(Vec<Claimed>, bool), BatchError> {
+    keys: &[&[u8]],
+) -> Result<(Vec<Claimed>, Vec<Box<[u8]>>), BatchError> {
     let now = state::now_ns();
     let stream_columns = def.stream_columns.len();
+    let Some(ids) = def.ids_sql(keys.iter().copied()) else {
+        return Ok((Vec::new(), Vec::new()));
+    };
     let select = format!(
-        "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE `id` IN ({ids}) AND {unacked} AND {due} FOR UPDATE SKIP LOCKED",
+        "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE {ids} AND {unacked} AND {due} FOR UPDATE SKIP LOCKED",
         cols = def.select_list(),
         key = def.key_sql(),
         table = def.qualified(),
-        ids = literals.join(", "),
         unacked = state::UNACKED_SQL,
         due = state::due_sql(now),
     );
@@ -287,20 +284,29 @@ async fn claim(
     // are read before either is looked at, so the connection stays in step whatever failed.
     // Each id matches one row at most. Rows past CLAIM_BYTES are read and dropped: locked by
     // the SELECT but left out of the UPDATE, they are released unchanged at the COMMIT.
+    // (Rows come in the server's order, not the batch's: with messages this large a row of a
+    // lower priority may go before one of a higher, within the batch.)
     let limit = RowLimit {
-        rows: literals.len(),
+        rows: keys.len(),
         bytes: CLAIM_BYTES,
+    };
+    let mut left_out = Vec::new();
+    let mut note_left_out = |row: BytesMut| {
+        let key = wire::text_row_values(&row)
+            .and_then(|values| values.get(stream_columns).copied().flatten().map(Box::from));
+        left_out.extend(key);
     };
     let (started, selected) = pipeline(
         backend,
         deprecate_eof,
         ("START TRANSACTION", &select),
         limit,
+        &mut note_left_out,
     )
     .await?;
     expect_ok(backend, deprecate_eof, started).await?;
-    let (rows, cut_short) = match selected {
-        QueryOutcome::ResultSet { rows, dropped, .. } => (rows, dropped > 0),
+    let rows = match selected {
+        QueryOutcome::ResultSet { rows, .. } => rows,
         QueryOutcome::Err(err) => return Err(rollback_after(backend, deprecate_eof, err).await),
         QueryOutcome::Ok { .. } => return Err(BatchError::Backend(BackendError::Protocol)),
     };
@@ -308,14 +314,9 @@ async fn claim(
     // the claimed rows go out in that order. Sorting here rather than with an ORDER BY spares
     // the server a sort per claim, and keeps claims working while a `priority` column the
     // definition still names is being dropped.
-    let position: HashMap<&str, usize> = literals
-        .iter()
-        .enumerate()
-        .map(|(i, l)| (l.as_str(), i))
-        .collect();
+    let position: HashMap<&[u8], usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
     let mut claimed = Vec::with_capacity(rows.len());
     let mut cases = String::new();
-    let mut ids = Vec::with_capacity(rows.len());
     for mut row in rows {
         let values =
             wire::text_row_values(&row).ok_or(BatchError::Backend(BackendError::Protocol))?;
@@ -338,11 +339,7 @@ async fn claim(
         };
         let time_next = backoff::next_time_next(now, epoch, &def.options, backoff::random_jitter());
         cases.push_str(&format!(" WHEN {literal} THEN {time_next}"));
-        let at = position
-            .get(literal.as_str())
-            .copied()
-            .unwrap_or(usize::MAX);
-        ids.push(literal);
+        let at = position.get(key).copied().unwrap_or(usize::MAX);
         let key: Box<[u8]> = (*key).into();
         let keep = wire::text_row_prefix_len(&row, stream_columns)
             .ok_or(BatchError::Backend(BackendError::Protocol))?;
@@ -351,32 +348,39 @@ async fn claim(
     }
     claimed.sort_by_key(|(at, _)| *at);
     let claimed: Vec<Claimed> = claimed.into_iter().map(|(_, c)| c).collect();
-    if claimed.is_empty() {
+    let claimed_ids = def.ids_sql(claimed.iter().map(|(_, key, _, _)| &key[..]));
+    let Some(claimed_ids) = claimed_ids else {
         exec(backend, deprecate_eof, "COMMIT").await?;
-        return Ok((claimed, cut_short));
-    }
+        return Ok((claimed, left_out));
+    };
     let update = format!(
-        "UPDATE {table} SET `epoch` = COALESCE(`epoch`, 0) + 1, `time_next` = CASE `id`{cases} END WHERE `id` IN ({ids})",
+        "UPDATE {table} SET `epoch` = COALESCE(`epoch`, 0) + 1, `time_next` = CASE `id`{cases} END WHERE {claimed_ids}",
         table = def.qualified(),
-        ids = ids.join(", "),
     );
     // The UPDATE and COMMIT go out together too. If the UPDATE fails, the COMMIT that follows
     // it commits nothing: the failed statement was undone (or, on a deadlock, the whole
     // transaction), and the SELECT before it changed nothing. Either way nothing is claimed.
-    let (updated, committed) =
-        pipeline(backend, deprecate_eof, (&update, "COMMIT"), RowLimit::FEW).await?;
+    let (updated, committed) = pipeline(
+        backend,
+        deprecate_eof,
+        (&update, "COMMIT"),
+        RowLimit::FEW,
+        &mut |_| {},
+    )
+    .await?;
     expect_ok(backend, deprecate_eof, updated).await?;
     expect_ok(backend, deprecate_eof, committed).await?;
-    Ok((claimed, cut_short))
+    Ok((claimed, left_out))
 }
 
 /// Sends two statements in one write and reads both answers, the second's rows within
-/// `second_limit`.
+/// `second_limit` (those dropped for it go to `dropped_row`).
 async fn pipeline(
     backend: &mut Backend,
     deprecate_eof: bool,
     (first, second): (&str, &str),
     second_limit: RowLimit,
+    dropped_row: &mut (dyn FnMut(BytesMut) + Send),
 ) -> Result<(QueryOutcome, QueryOutcome), BatchError> {
     backend
         .send_queries(&[first, second])
@@ -387,7 +391,7 @@ async fn pipeline(
         .await
         .map_err(BatchError::Backend)?;
     let b = backend
-        .read_outcome(deprecate_eof, second_limit)
+        .read_outcome_with(deprecate_eof, second_limit, dropped_row)
         .await
         .map_err(BatchError::Backend)?;
     Ok((a, b))

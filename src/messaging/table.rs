@@ -25,8 +25,11 @@
 //! A `timestamp` is an instant, shown in the session's time zone: its text would name another row (or none) in a
 //! session of another zone, and claims run in the streaming client's own session while the poller's connections
 //! have the server's default zone. So its key is the instant, and the literal turns it back into the session's
-//! local time, which the server turns back into the instant. (In a zone with daylight saving, a local time of
-//! the hour repeated when clocks go back names two instants; the server picks one of them.)
+//! local time, which the server turns back into the instant. In a zone with daylight saving, a local time of
+//! the hour repeated when clocks go back names two instants and the server picks one of them, so statements
+//! that name rows by key also compare the instants ([`MessageTable::ids_sql`]): a claim never takes the other
+//! row, but a session in such a zone cannot name the row the server does not pick (README: use a zone without
+//! daylight saving, e.g. `'+00:00'`, for streams of `timestamp` ids).
 
 use super::options::{parse_comment, MessageOptions, OptionsError};
 
@@ -41,6 +44,9 @@ pub struct ColumnInfo {
     pub charset: Option<String>,
     /// Whether the column is part of the primary key.
     pub in_primary_key: bool,
+    /// Whether the server sets the column itself when a row is updated (`ON UPDATE
+    /// CURRENT_TIMESTAMP`, in `EXTRA`).
+    pub set_on_update: bool,
 }
 
 /// How the id column is turned into a key and back (see the module docs).
@@ -138,6 +144,11 @@ pub enum TableProblem {
     NoPrimaryKey,
     #[error("an id of type {0} is not supported: {1}")]
     UnsupportedId(String, &'static str),
+    #[error(
+        "column id is ON UPDATE CURRENT_TIMESTAMP: every claim and ack would give the message a new \
+         id (drop the ON UPDATE clause: ALTER TABLE ... MODIFY id ... DEFAULT ... without it)"
+    )]
+    IdChangesOnUpdate,
     #[error("vt_message_cols names a column that does not exist: {0}")]
     NoSuchStreamColumn(String),
     #[error("vt_message_cols must start with id")]
@@ -234,6 +245,9 @@ pub fn validate(
 
     let id_kind =
         id_kind(id).map_err(|why| fail(TableProblem::UnsupportedId(id.data_type.clone(), why)))?;
+    if id.set_on_update {
+        return Err(fail(TableProblem::IdChangesOnUpdate));
+    }
 
     let stream_columns = match &options.message_cols {
         None => std::iter::once(id)
@@ -377,6 +391,36 @@ impl MessageTable {
         }
     }
 
+    /// The condition that selects exactly the rows with these keys: `` `id` IN (literals) `` —
+    /// and for `timestamp` ids also the instants themselves, because in the hour a zone with
+    /// daylight saving repeats a literal's local time names two instants and the server picks
+    /// one (see the module docs): without it a claim or purge could take the other row. `None`
+    /// if no key makes a literal.
+    pub fn ids_sql<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Option<String> {
+        let mut literals = Vec::new();
+        let mut instants = Vec::new();
+        for key in keys {
+            if let Some(literal) = self.id_literal(key) {
+                literals.push(literal);
+                instants.push(String::from_utf8_lossy(key).into_owned());
+            }
+        }
+        if literals.is_empty() {
+            return None;
+        }
+        let id = quote_ident(self.id_column());
+        let mut sql = format!("{id} IN ({})", literals.join(", "));
+        if self.id_kind == IdKind::Timestamp {
+            // id_literal accepted each key, so each is a plain number.
+            sql.push_str(&format!(
+                " AND {} IN ({})",
+                self.key_sql(),
+                instants.join(", ")
+            ));
+        }
+        Some(sql)
+    }
+
     /// The stream columns, quoted and joined by `", "`, for a `SELECT`.
     pub fn select_list(&self) -> String {
         self.stream_columns
@@ -446,6 +490,7 @@ mod tests {
             charset: matches!(data_type, "varchar" | "char" | "text" | "longtext" | "enum")
                 .then(|| "utf8mb4".to_string()),
             in_primary_key: false,
+            set_on_update: false,
         }
     }
 
@@ -731,6 +776,19 @@ mod tests {
         let mut cols = rfc();
         cols[0] = pk(id);
         validate("test", "m", opts(), &cols).expect("valid")
+    }
+
+    #[test]
+    fn an_id_the_server_rewrites_on_update_is_refused() {
+        let mut id = pk(col("id", "timestamp"));
+        id.set_on_update = true;
+        let mut cols = rfc();
+        cols[0] = id;
+        let err = validate("test", "m", opts(), &cols).expect_err("refused");
+        assert!(
+            err.to_string().contains("ON UPDATE CURRENT_TIMESTAMP"),
+            "{err}"
+        );
     }
 
     #[test]
