@@ -95,6 +95,11 @@ pub trait Sink {
 /// A message table's table map.
 struct Mapped<T> {
     table: T,
+    /// The definition the layout was made for.
+    def: Arc<MessageTable>,
+    /// The table map event's body: the server repeats the same map before each statement, and
+    /// an identical one (for the same definition) keeps this layout.
+    raw: Box<[u8]>,
     /// Owned: rows events are decoded against it.
     tme: TableMapEvent<'static>,
     /// Where the needed columns are, or why the rows of this map are polled for instead.
@@ -299,20 +304,30 @@ impl<T: TableHandle> Follower<T> {
         };
         self.tx.open();
         let id = tme.table_id();
-        let mapped = sink
-            .lookup(&tme.database_name(), &tme.table_name())
-            .map(|(table, def)| {
-                let layout = Layout::new(&def, &tme);
-                if let Err(why) = &layout {
-                    self.tell(&def, why);
-                }
-                Mapped {
-                    table,
-                    tme: tme.into_owned(),
-                    layout,
-                }
-            });
-        self.tables.insert(id, mapped);
+        let Some((table, def)) = sink.lookup(&tme.database_name(), &tme.table_name()) else {
+            self.tables.insert(id, None);
+            return;
+        };
+        // The same map as last time, for the same definition: reading the column names and
+        // types again (once per transaction under single-row inserts) would give the same.
+        if let Some(Some(known)) = self.tables.get_mut(&id) {
+            if Arc::ptr_eq(&known.def, &def) && *known.raw == *event.data() {
+                known.table = table;
+                return;
+            }
+        }
+        let layout = Layout::new(&def, &tme);
+        if let Err(why) = &layout {
+            self.tell(&def, why);
+        }
+        let mapped = Mapped {
+            table,
+            raw: event.data().into(),
+            tme: tme.into_owned(),
+            layout,
+            def,
+        };
+        self.tables.insert(id, Some(mapped));
     }
 
     fn rows(&mut self, event: &Event, readable: bool) {
