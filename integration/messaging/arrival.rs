@@ -3,7 +3,8 @@
 
 use std::time::Instant;
 
-use super::harness::{ack, assert_each_once, comment, exec, ids, now_ns, secs, Env, SEC};
+use super::harness::{ack, assert_each_once, comment, exec, ids, now_ns, secs, Env, Stream, SEC};
+use crate::support::Proxy;
 
 fn plain_table(name: &str, comment: &str) -> String {
     format!(
@@ -431,4 +432,52 @@ async fn null_and_zero_seeds_are_due_and_unacked() {
         "acked rows not purged within 5 s: {:?}",
         env.states("seeds").await
     );
+}
+
+/// A commit the binlog watcher can only poll for (a `date` id is not rebuilt from the binlog)
+/// is polled at once and again 100 ms later: the binlog can show a commit a moment before
+/// other sessions see it, and a poll in that moment alone would leave the row to the next
+/// `vt_poller_interval` (30 s here).
+#[tokio::test]
+async fn a_poll_at_a_commit_is_repeated_shortly_after() {
+    let env = Env::new("msg_repoll").await;
+    let proxy = Proxy::start_with_env(
+        &env.server.backend_url(),
+        &[],
+        None,
+        &[("MSGPROXY_LOG", "info,msgproxy::messaging::manager=debug")],
+    );
+    env.ddl(&format!(
+        "create table dated(id date primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(20)) comment '{}'",
+        comment("30", 10, "30", "")
+    ))
+    .await;
+    let polls = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("polled") && l.contains("`dated`"))
+            .count()
+    };
+    let mut stream = Stream::open(proxy.port(), &env.db, "STREAM * FROM dated")
+        .await
+        .unwrap_or_else(|e| panic!("STREAM: {e:?}\n{}", proxy.log()));
+    tokio::time::sleep(secs(1.0)).await;
+    let before = polls(&proxy.log());
+    // Due in a minute: no claim follows (its own binlog event would be polled for too).
+    let later = now_ns() + 60 * SEC;
+    env.direct(&format!(
+        "insert into dated(id, time_next, message) values ('2026-12-01', {later}, 'm')"
+    ))
+    .await;
+    tokio::time::sleep(secs(0.6)).await;
+    let after = polls(&proxy.log());
+    assert!(
+        after - before >= 2,
+        "polled {} times after the commit, expected the poll at the commit and the one 100 ms \
+         later:\n{}",
+        after - before,
+        proxy.log()
+    );
+    stream.expect_quiet(secs(0.1), "nothing is due").await;
+    stream.close();
 }

@@ -650,12 +650,12 @@ impl Sink for EngineSink {
     }
 
     fn poll(&self, table: &Arc<TableManager>) {
-        table.request_poll();
+        table.request_poll_after_commit();
     }
 
     fn poll_all(&self) {
         for m in self.engine.managers() {
-            m.request_poll();
+            m.request_poll_after_commit();
         }
     }
 

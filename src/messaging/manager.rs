@@ -42,6 +42,9 @@ pub struct TableManager {
     kick: Notify,
     /// Set when the next wake-up should poll the table (new rows were committed, backlog).
     poll_requested: AtomicBool,
+    /// When to poll again after a poll asked for at a commit seen in the binlog (see
+    /// [`TableManager::request_poll_after_commit`]).
+    repoll_at: Mutex<Option<Instant>>,
     /// A poll (or a purge) is running in its own task. They run beside the hand-out, so
     /// subscribers keep getting batches from the cache while the table is read.
     polling: AtomicBool,
@@ -99,6 +102,11 @@ const SKIPPED_RETRY: [std::time::Duration; 5] = [
     std::time::Duration::from_millis(250),
     std::time::Duration::from_millis(1000),
 ];
+
+/// How long after a poll asked for at a commit seen in the binlog the table is polled again.
+/// Far longer than a commit takes to become visible after its binlog write, like
+/// [`RECENT_WINDOW_NS`].
+const REPOLL_AFTER_COMMIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Most rows remembered in `State::skipped` (a bound, never reached in practice).
 const MAX_SKIPPED: usize = 10_000;
@@ -340,6 +348,7 @@ impl TableManager {
             state: Mutex::new(State::new(capacity)),
             kick: Notify::new(),
             poll_requested: AtomicBool::new(false),
+            repoll_at: Mutex::new(None),
             polling: AtomicBool::new(false),
             purging: AtomicBool::new(false),
             pool,
@@ -397,6 +406,36 @@ impl TableManager {
             scheduled: state.schedule.len(),
             oldest_due_ns: state.cache.oldest_time_next(),
         }
+    }
+
+    /// A transaction the binlog shows committed changed this table in a way only a poll reads
+    /// (rows it cannot decode, DDL, XA): poll now, and once more [`REPOLL_AFTER_COMMIT`] later.
+    /// The binlog can show a commit a moment before other sessions see it (see
+    /// `State::recent`); a poll that ran in that moment would leave the rows to the next
+    /// `vt_poller_interval`.
+    pub fn request_poll_after_commit(&self) {
+        let at = Instant::now() + REPOLL_AFTER_COMMIT;
+        {
+            let mut repoll = self.repoll_at.lock().unwrap_or_else(|e| e.into_inner());
+            // Commits arriving meanwhile share the pending one (at most one more poll per
+            // REPOLL_AFTER_COMMIT).
+            repoll.get_or_insert(at);
+        }
+        self.request_poll();
+    }
+
+    /// The pending repoll, if it is due at `now` (taking it).
+    fn take_due_repoll(&self, now: Instant) -> bool {
+        let mut repoll = self.repoll_at.lock().unwrap_or_else(|e| e.into_inner());
+        if repoll.is_some_and(|at| at <= now) {
+            *repoll = None;
+            return true;
+        }
+        false
+    }
+
+    fn pending_repoll(&self) -> Option<Instant> {
+        *self.repoll_at.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Rows may have become due (an insert was committed through the proxy): poll soon.
@@ -560,9 +599,10 @@ impl TableManager {
         let mut next_tick = Instant::now();
         loop {
             let interval = self.definition().options.poller_interval;
-            let wake = self
-                .next_scheduled()
-                .map_or(next_tick, |t| t.min(next_tick));
+            let wake = [self.next_scheduled(), self.pending_repoll()]
+                .into_iter()
+                .flatten()
+                .fold(next_tick, Instant::min);
             tokio::select! {
                 _ = tokio::time::sleep_until(wake), if wake < next_tick => {}
                 _ = tokio::time::sleep_until(next_tick) => {
@@ -584,6 +624,9 @@ impl TableManager {
                     }
                 }
                 _ = self.stop.cancelled() => return,
+            }
+            if self.take_due_repoll(Instant::now()) {
+                self.request_poll();
             }
             // Not while a poll runs: its end kicks the loop, which asks again if the cache is
             // still low. (Asking now would wake this loop at once, over and over, until then.)
