@@ -1,6 +1,6 @@
 //! The integration-test harness: a throwaway MariaDB ([`MariaDb`]), the proxy binary ([`Proxy`]),
-//! the comparison runner ([`compare`]), the `mariadb` CLI ([`cli`]) and a raw protocol client
-//! ([`raw`]).
+//! the comparison runner ([`compare`]), the `mariadb` CLI ([`cli`]), a raw protocol client
+//! ([`raw`]) and a reader of the proxy's Prometheus endpoint ([`metrics`]).
 
 #![allow(dead_code, unused_imports)] // not every test module uses every helper
 
