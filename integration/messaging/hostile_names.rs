@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use mysql_async::prelude::*;
 use mysql_async::Value;
 
-use super::harness::{comment, exec, secs, Env, Msg, Stream};
+use super::harness::{comment, exec, now_ns, secs, Env, Msg, Stream, SEC};
+use crate::support::{eventually, MariaDb};
 
 /// `name` as a backtick-quoted identifier (embedded backticks doubled).
 fn ident(name: &str) -> String {
@@ -256,6 +257,25 @@ async fn timestamp_ids_in_a_session_time_zone_of_its_own() {
     );
 }
 
+/// Loads the Europe/Berlin time zone into the server's `mysql` tables.
+async fn load_berlin(env: &Env) {
+    let zones = std::process::Command::new("mariadb-tzinfo-to-sql")
+        .args(["/usr/share/zoneinfo/Europe/Berlin", "Europe/Berlin"])
+        .output()
+        .expect("run mariadb-tzinfo-to-sql");
+    assert!(zones.status.success(), "mariadb-tzinfo-to-sql failed");
+    let mut c = env.direct_conn().await;
+    c.query_drop(format!(
+        "USE mysql; {}",
+        String::from_utf8_lossy(&zones.stdout)
+            .trim_end()
+            .trim_end_matches(';')
+    ))
+    .await
+    .expect("load the Europe/Berlin time zone");
+    let _ = c.disconnect().await;
+}
+
 /// The `epoch` of each row of `dst ids`, most claimed first.
 async fn epochs(env: &Env) -> Vec<Option<i64>> {
     let mut c = env.direct_conn().await;
@@ -277,21 +297,8 @@ async fn epochs(env: &Env) -> Vec<Option<i64>> {
 #[tokio::test]
 async fn timestamp_ids_in_a_repeated_hour() {
     let env = Env::new("msg_hostile_dst_ids").await;
-    let zones = std::process::Command::new("mariadb-tzinfo-to-sql")
-        .args(["/usr/share/zoneinfo/Europe/Berlin", "Europe/Berlin"])
-        .output()
-        .expect("run mariadb-tzinfo-to-sql");
-    assert!(zones.status.success(), "mariadb-tzinfo-to-sql failed");
+    load_berlin(&env).await;
     let mut c = env.direct_conn().await;
-    c.query_drop(format!(
-        "USE mysql; {}; USE {}",
-        String::from_utf8_lossy(&zones.stdout)
-            .trim_end()
-            .trim_end_matches(';'),
-        ident(&env.db)
-    ))
-    .await
-    .expect("load the Europe/Berlin time zone");
     // An ack wait longer than the test, so that nothing is sent twice.
     env.ddl(&format!(
         "create table {}(id timestamp primary key, time_next bigint, epoch bigint, \
@@ -344,4 +351,76 @@ async fn timestamp_ids_in_a_repeated_hour() {
     );
     local.close();
     other.close();
+}
+
+/// The zero timestamp as an id, claimed alone (`vt_batch_size=1`) and acked.
+#[tokio::test]
+async fn a_zero_timestamp_id() {
+    let env = Env::new("msg_hostile_zero_ts").await;
+    env.ddl(&format!(
+        "create table zero(id timestamp(3) primary key, time_next bigint, epoch bigint, \
+         time_acked bigint, message varchar(20)) comment '{}'",
+        comment("30", 1, "1", "")
+    ))
+    .await;
+    let mut c = env.direct_conn().await;
+    c.query_drop(
+        "SET sql_mode = ''; insert into zero(id, message) values ('0000-00-00 00:00:00', 'zero')",
+    )
+    .await
+    .expect("insert the zero timestamp");
+    let _ = c.disconnect().await;
+    let mut stream = env.stream("zero").await;
+    let got = stream.recv_n(1, secs(3.0)).await;
+    assert_eq!(
+        String::from_utf8(first_bytes(&got[0].values)).expect("text"),
+        "0000-00-00 00:00:00.000"
+    );
+    let mut c = env.proxy_conn().await;
+    let n = exec(&mut c, "ACK zero '0000-00-00 00:00:00'")
+        .await
+        .unwrap_or_else(|e| panic!("ACK: {e:?}"));
+    assert_eq!(n, 1);
+    stream.close();
+}
+
+/// A server whose own time zone repeats an hour (Europe/Berlin): acked messages with
+/// `timestamp` ids from both passes of that hour are purged. (The purge runs on the proxy's own
+/// connections, which work at UTC, where every instant has a local time of its own.)
+#[tokio::test]
+async fn acked_timestamp_ids_of_a_repeated_hour_are_purged() {
+    let server: &'static MariaDb = Box::leak(Box::new(MariaDb::start()));
+    {
+        let env = Env::on_url(server, "msg_dst_purge_setup", &server.backend_url(), &[]).await;
+        load_berlin(&env).await;
+        env.direct("SET GLOBAL time_zone = 'Europe/Berlin'").await;
+    }
+    let env = Env::on_url(server, "msg_dst_purge", &server.backend_url(), &[]).await;
+    env.ddl(&format!(
+        "create table {}(id timestamp primary key, time_next bigint, epoch bigint, \
+         time_acked bigint, message varchar(20)) comment '{}'",
+        ident("dst acked"),
+        comment("30", 10, "1", "")
+    ))
+    .await;
+    let acked = now_ns() - 10 * SEC;
+    let mut c = env.direct_conn().await;
+    c.query_drop(format!(
+        "SET time_zone = '+00:00'; insert into {}(id, time_acked, message) values \
+         ('2025-10-26 00:30:00', {acked}, 'summer'), ('2025-10-26 01:30:00', {acked}, 'winter')",
+        ident("dst acked")
+    ))
+    .await
+    .expect("insert acked rows in UTC");
+    let gone = eventually(10, async || {
+        let left: Option<i64> = c
+            .query_first(format!("SELECT COUNT(*) FROM {}", ident("dst acked")))
+            .await
+            .expect("count");
+        left == Some(0)
+    })
+    .await;
+    let _ = c.disconnect().await;
+    assert!(gone, "both acked rows are purged\n{}", env.log());
+    server.stop();
 }

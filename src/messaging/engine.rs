@@ -57,8 +57,12 @@ impl Engine {
         // Keep a couple of connections open: with a minimum of 0 mysql_async closes every
         // returned connection, and each poll or purge would pay a new login.
         let constraints = mysql_async::PoolConstraints::new(2, 16).unwrap_or_default();
+        // Polls and purges name `timestamp` ids by instant; at UTC every instant has a local
+        // time of its own (in a zone with daylight saving, one hour a year repeats, and its
+        // second instants could not be named: acked rows there would never be purged).
         let opts = backend
             .mysql_async_opts()
+            .setup(vec!["SET time_zone = '+00:00'"])
             .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
         let engine = Arc::new(Engine {
             pool: Pool::new(opts),

@@ -417,9 +417,10 @@ impl TableManager {
         let at = Instant::now() + REPOLL_AFTER_COMMIT;
         {
             let mut repoll = self.repoll_at.lock().unwrap_or_else(|e| e.into_inner());
-            // Commits arriving meanwhile share the pending one (at most one more poll per
-            // REPOLL_AFTER_COMMIT).
-            repoll.get_or_insert(at);
+            // One pending repoll, 100 ms after the latest commit: a commit arriving meanwhile
+            // moves it (at most one more poll per REPOLL_AFTER_COMMIT; under a steady stream
+            // of commits their own polls follow each other anyway).
+            *repoll = Some(at);
         }
         self.request_poll();
     }

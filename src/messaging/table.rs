@@ -372,10 +372,10 @@ impl MessageTable {
             IdKind::Timestamp => {
                 if key.first() == Some(&b'-') || !is_plain_number(key) {
                     None
-                } else if key.iter().all(|b| matches!(b, b'0' | b'.')) {
+                } else if is_zero(key) {
                     // The zero timestamp (no instant: FROM_UNIXTIME(0) is 1970-01-01, which a
                     // timestamp cannot hold).
-                    Some("'0000-00-00 00:00:00'".to_string())
+                    Some(ZERO_TIMESTAMP.to_string())
                 } else {
                     Some(format!("FROM_UNIXTIME({})", String::from_utf8_lossy(key)))
                 }
@@ -397,28 +397,41 @@ impl MessageTable {
     /// one (see the module docs): without it a claim or purge could take the other row. `None`
     /// if no key makes a literal.
     pub fn ids_sql<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> Option<String> {
+        let id = quote_ident(self.id_column());
         let mut literals = Vec::new();
         let mut instants = Vec::new();
+        let mut zero = false;
         for key in keys {
-            if let Some(literal) = self.id_literal(key) {
-                literals.push(literal);
-                instants.push(String::from_utf8_lossy(key).into_owned());
+            match self.id_literal(key) {
+                // The zero timestamp has no instant (`UNIX_TIMESTAMP()` of it is NULL in a
+                // comparison with constants): it is named by itself.
+                Some(_) if self.id_kind == IdKind::Timestamp && is_zero(key) => zero = true,
+                Some(literal) => {
+                    literals.push(literal);
+                    instants.push(String::from_utf8_lossy(key).into_owned());
+                }
+                None => {}
             }
         }
-        if literals.is_empty() {
-            return None;
+        let named = (!literals.is_empty()).then(|| {
+            let mut sql = format!("{id} IN ({})", literals.join(", "));
+            if self.id_kind == IdKind::Timestamp {
+                // id_literal accepted each key, so each is a plain number.
+                sql.push_str(&format!(
+                    " AND {} IN ({})",
+                    self.key_sql(),
+                    instants.join(", ")
+                ));
+            }
+            sql
+        });
+        let zero = zero.then(|| format!("{id} = {ZERO_TIMESTAMP}"));
+        match (named, zero) {
+            (Some(named), Some(zero)) => Some(format!("(({named}) OR {zero})")),
+            (Some(named), None) => Some(format!("({named})")),
+            (None, Some(zero)) => Some(zero),
+            (None, None) => None,
         }
-        let id = quote_ident(self.id_column());
-        let mut sql = format!("{id} IN ({})", literals.join(", "));
-        if self.id_kind == IdKind::Timestamp {
-            // id_literal accepted each key, so each is a plain number.
-            sql.push_str(&format!(
-                " AND {} IN ({})",
-                self.key_sql(),
-                instants.join(", ")
-            ));
-        }
-        Some(sql)
     }
 
     /// The stream columns, quoted and joined by `", "`, for a `SELECT`.
@@ -429,6 +442,14 @@ impl MessageTable {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// The zero `timestamp`, whose `UNIX_TIMESTAMP()` key is 0 (with the column's fractional digits).
+const ZERO_TIMESTAMP: &str = "'0000-00-00 00:00:00'";
+
+/// Whether a `timestamp` key is the zero timestamp's (`0`, `0.000`).
+fn is_zero(key: &[u8]) -> bool {
+    key.iter().all(|b| matches!(b, b'0' | b'.'))
 }
 
 /// An optional `-`, digits, at most one `.`, at least one digit, nothing else (no spaces, no exponent).
@@ -788,6 +809,28 @@ mod tests {
         assert!(
             err.to_string().contains("ON UPDATE CURRENT_TIMESTAMP"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn rows_are_named_exactly() {
+        let t = table_with_id(col("id", "bigint"));
+        let ids = |keys: &[&str]| t.ids_sql(keys.iter().map(|k| k.as_bytes()));
+        assert_eq!(ids(&["1", "2"]).as_deref(), Some("(`id` IN (1, 2))"));
+        assert_eq!(ids(&["x"]), None);
+        let t = table_with_id(col("id", "timestamp"));
+        let ids = |keys: &[&str]| t.ids_sql(keys.iter().map(|k| k.as_bytes()));
+        assert_eq!(
+            ids(&["1796122806.5"]).as_deref(),
+            Some("(`id` IN (FROM_UNIXTIME(1796122806.5)) AND UNIX_TIMESTAMP(`id`) IN (1796122806.5))")
+        );
+        assert_eq!(
+            ids(&["0.000"]).as_deref(),
+            Some("`id` = '0000-00-00 00:00:00'")
+        );
+        assert_eq!(
+            ids(&["0", "7"]).as_deref(),
+            Some("((`id` IN (FROM_UNIXTIME(7)) AND UNIX_TIMESTAMP(`id`) IN (7)) OR `id` = '0000-00-00 00:00:00')")
         );
     }
 
