@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::harness::{ack, assert_each_once, comment, exec, ids, now_ns, secs, Env, Stream, SEC};
-use crate::support::Proxy;
+use crate::support::{wait_for_log, Proxy};
 
 fn plain_table(name: &str, comment: &str) -> String {
     format!(
@@ -441,18 +441,20 @@ async fn null_and_zero_seeds_are_due_and_unacked() {
 #[tokio::test]
 async fn a_poll_at_a_commit_is_repeated_shortly_after() {
     let env = Env::new("msg_repoll").await;
-    let proxy = Proxy::start_with_env(
-        &env.server.backend_url(),
-        &[],
-        None,
-        &[("MSGPROXY_LOG", "info,msgproxy::messaging::manager=debug")],
-    );
     env.ddl(&format!(
         "create table dated(id date primary key, time_next bigint, epoch bigint,
            time_acked bigint, message varchar(20)) comment '{}'",
         comment("30", 10, "30", "")
     ))
     .await;
+    // A proxy of its own, logging its polls; it loads the table as it starts.
+    let proxy = Proxy::start_with_env(
+        &env.server.backend_url(),
+        &[],
+        None,
+        &[("MSGPROXY_LOG", "info,msgproxy::messaging::manager=debug")],
+    );
+    wait_for_log(&proxy, "`dated` loaded", 10).await;
     let polls = |log: &str| {
         log.lines()
             .filter(|l| l.contains("polled") && l.contains("`dated`"))

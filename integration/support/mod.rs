@@ -35,6 +35,16 @@ pub async fn within<T>(secs: u64, what: &str, fut: impl Future<Output = T>) -> T
     }
 }
 
+/// Waits until the proxy's log contains `needle`; panics with the log if it does not.
+pub async fn wait_for_log(proxy: &Proxy, needle: &str, secs: u64) {
+    let found = eventually(secs, async || proxy.log().contains(needle)).await;
+    assert!(
+        found,
+        "the proxy did not log {needle:?} within {secs} s; its log:\n{}",
+        process::tail(&proxy.log_path(), 6000)
+    );
+}
+
 /// Polls `check` every 100 ms until it returns true or `secs` pass.
 pub async fn eventually(secs: u64, mut check: impl AsyncFnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
