@@ -339,13 +339,12 @@ pub enum QueryOutcome {
     Ok { affected_rows: u64, status: u16 },
     /// An ERR packet's payload (the server's own error, to pass on as it is).
     Err(BytesMut),
-    /// A text result set: column definition payloads, the row payloads kept, the final status
-    /// flags, and how many rows were read past the byte budget and dropped (see [`RowLimit`]).
+    /// A text result set: column definition payloads, the row payloads (none when they were
+    /// handed out one by one, [`Backend::read_outcome_with`]), the final status flags.
     ResultSet {
         columns: Vec<BytesMut>,
         rows: Vec<BytesMut>,
         status: u16,
-        dropped: usize,
     },
 }
 
@@ -356,27 +355,12 @@ const MAX_OWN_ROW: usize = 1 << 30;
 /// announcing more is not from a working server.
 const MAX_COLUMNS: u64 = 4096;
 
-/// How much of a result set the proxy keeps when it reads one for itself, so that neither a
-/// table of very large messages nor a misbehaving server can make it hold unbounded memory.
-#[derive(Debug, Clone, Copy)]
-pub struct RowLimit {
-    /// More rows than this is a protocol error: the statement cannot return them (a claim's
-    /// `SELECT` names its ids).
-    pub rows: usize,
-    /// Rows past this many bytes in all are read off the wire and dropped (counted in
-    /// `dropped`), except the first row, which is always kept. Memory stays within this plus
-    /// one row.
-    pub bytes: usize,
-}
-
-impl RowLimit {
-    /// For statements that return no rows or a few small ones (`LIMIT 0` probes, transaction
-    /// control).
-    pub const FEW: RowLimit = RowLimit {
-        rows: 64,
-        bytes: 1 << 20,
-    };
-}
+/// Most rows, and most bytes of rows, of an answer [`Backend::read_outcome`] keeps: the
+/// proxy's own statements on a session's connection return no rows or a few small ones
+/// (`LIMIT 0` probes, transaction control). More is a protocol error, so that a misbehaving
+/// server cannot make the proxy hold unbounded memory.
+const FEW_ROWS: usize = 64;
+const FEW_BYTES: usize = 1 << 20;
 
 impl Backend {
     /// Runs one statement (no multi-statements) over this connection and reads its whole answer.
@@ -387,7 +371,7 @@ impl Backend {
         deprecate_eof: bool,
     ) -> Result<QueryOutcome, BackendError> {
         self.send_queries(&[sql]).await?;
-        self.read_outcome(deprecate_eof, RowLimit::FEW).await
+        self.read_outcome(deprecate_eof).await
     }
 
     /// Sends several statements in one write without waiting for their answers (pipelining:
@@ -407,23 +391,46 @@ impl Backend {
         Ok(())
     }
 
-    /// Reads the whole answer to the next statement sent with [`Backend::send_queries`].
+    /// Reads the whole answer to the next statement sent with [`Backend::send_queries`]: a few
+    /// small rows at most ([`FEW_ROWS`], [`FEW_BYTES`]).
     pub async fn read_outcome(
         &mut self,
         deprecate_eof: bool,
-        limit: RowLimit,
     ) -> Result<QueryOutcome, BackendError> {
-        self.read_outcome_with(deprecate_eof, limit, &mut |_| {})
-            .await
+        let mut rows = Vec::new();
+        let mut bytes = 0usize;
+        let outcome = self
+            .read_outcome_with(deprecate_eof, FEW_ROWS, &mut |row| {
+                bytes = bytes.saturating_add(row.len());
+                if bytes <= FEW_BYTES {
+                    rows.push(row);
+                }
+            })
+            .await?;
+        if bytes > FEW_BYTES {
+            return Err(BackendError::Protocol);
+        }
+        Ok(match outcome {
+            QueryOutcome::ResultSet {
+                columns, status, ..
+            } => QueryOutcome::ResultSet {
+                columns,
+                rows,
+                status,
+            },
+            other => other,
+        })
     }
 
-    /// [`Backend::read_outcome`], handing each row dropped for `limit.bytes` to `dropped_row`
-    /// (to note what it needs of it) before letting it go.
+    /// Reads the answer to the next statement sent with [`Backend::send_queries`], handing each
+    /// row to `each_row` as it comes (which decides what to keep of it) rather than keeping it:
+    /// the `ResultSet` returned has no rows. More rows than `max_rows` is a protocol error (a
+    /// claim's `SELECT` names its ids, so it cannot return more).
     pub async fn read_outcome_with(
         &mut self,
         deprecate_eof: bool,
-        limit: RowLimit,
-        dropped_row: &mut (dyn FnMut(BytesMut) + Send),
+        max_rows: usize,
+        each_row: &mut (dyn FnMut(BytesMut) + Send),
     ) -> Result<QueryOutcome, BackendError> {
         let first = self.conn.next_logical_packet(MAX_OWN_ROW).await?;
         match first.payload.first() {
@@ -454,9 +461,7 @@ impl Backend {
                 return Err(BackendError::Protocol);
             }
         }
-        let mut rows = Vec::new();
-        let mut kept_bytes = 0usize;
-        let mut dropped = 0usize;
+        let mut rows = 0usize;
         loop {
             let p = self.conn.next_logical_packet(MAX_OWN_ROW).await?.payload;
             match p.first() {
@@ -470,20 +475,15 @@ impl Backend {
                     }
                     return Ok(QueryOutcome::ResultSet {
                         columns,
-                        rows,
+                        rows: Vec::new(),
                         status,
-                        dropped,
                     });
                 }
                 Some(&wire::ERR_HEADER) => return Ok(QueryOutcome::Err(p)),
-                _ if rows.len() + dropped >= limit.rows => return Err(BackendError::Protocol),
-                _ if !rows.is_empty() && kept_bytes.saturating_add(p.len()) > limit.bytes => {
-                    dropped += 1;
-                    dropped_row(p);
-                }
+                _ if rows >= max_rows => return Err(BackendError::Protocol),
                 _ => {
-                    kept_bytes = kept_bytes.saturating_add(p.len());
-                    rows.push(p);
+                    rows += 1;
+                    each_row(p);
                 }
             }
         }
@@ -502,9 +502,12 @@ mod tests {
         for payload in answer {
             seq = packet::encode_packet(&mut out, seq, payload);
         }
-        theirs.write_all(&out).await.expect("write the answer");
-        // Kept open: the reader must stop at the answer's end, not at the socket's.
-        std::mem::forget(theirs);
+        // Written from a task of its own: a large answer does not fit the socket's buffer.
+        tokio::spawn(async move {
+            theirs.write_all(&out).await.expect("write the answer");
+            // Kept open: the reader must stop at the answer's end, not at the socket's.
+            std::mem::forget(theirs);
+        });
         Backend {
             conn: PacketReader::new(BackendStream::Unix(ours)),
             greeting: BackendGreeting {
@@ -530,39 +533,48 @@ mod tests {
         answering(&answer).await
     }
 
-    fn limit(rows: usize, bytes: usize) -> RowLimit {
-        RowLimit { rows, bytes }
-    }
-
-    async fn kept_and_dropped(backend: &mut Backend, limit: RowLimit) -> (usize, usize) {
-        match backend.read_outcome(true, limit).await {
-            Ok(QueryOutcome::ResultSet { rows, dropped, .. }) => (rows.len(), dropped),
+    /// The rows `read_outcome_with` hands out, or its error.
+    async fn rows_handed_out(
+        backend: &mut Backend,
+        max_rows: usize,
+    ) -> Result<usize, BackendError> {
+        let mut handed = 0;
+        match backend
+            .read_outcome_with(true, max_rows, &mut |_| handed += 1)
+            .await?
+        {
+            QueryOutcome::ResultSet { rows, .. } => {
+                assert!(rows.is_empty(), "rows handed out are not kept as well");
+                Ok(handed)
+            }
             other => panic!("expected a result set, got {other:?}"),
         }
     }
 
     #[tokio::test]
-    async fn rows_past_the_byte_budget_are_dropped_but_the_first_is_kept() {
-        assert_eq!(
-            kept_and_dropped(&mut result_of(3).await, limit(3, 25)).await,
-            (2, 1)
-        );
-        assert_eq!(
-            kept_and_dropped(&mut result_of(3).await, limit(3, 5)).await,
-            (1, 2),
-            "the first row is kept however large"
-        );
-        assert_eq!(
-            kept_and_dropped(&mut result_of(3).await, limit(3, 30)).await,
-            (3, 0)
-        );
+    async fn every_row_is_handed_out_in_turn() {
+        let handed = rows_handed_out(&mut result_of(3).await, 3).await;
+        assert!(matches!(handed, Ok(3)), "{handed:?}");
     }
 
     #[tokio::test]
     async fn more_rows_than_the_statement_can_return_is_a_protocol_error() {
-        let outcome = result_of(3)
+        let handed = rows_handed_out(&mut result_of(3).await, 2).await;
+        assert!(matches!(handed, Err(BackendError::Protocol)), "{handed:?}");
+        let outcome = result_of(FEW_ROWS + 1).await.read_outcome(true).await;
+        assert!(
+            matches!(outcome, Err(BackendError::Protocol)),
+            "{outcome:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn rows_past_the_byte_limit_are_a_protocol_error() {
+        let big = vec![b'x'; FEW_BYTES + 1];
+        let end = [wire::EOF_HEADER, 0, 0, 2, 0, 0, 0];
+        let outcome = answering(&[&[1], b"column definition", &big, &end])
             .await
-            .read_outcome(true, limit(2, 1 << 20))
+            .read_outcome(true)
             .await;
         assert!(
             matches!(outcome, Err(BackendError::Protocol)),
@@ -571,12 +583,17 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_few_small_rows_are_kept() {
+        match result_of(FEW_ROWS).await.read_outcome(true).await {
+            Ok(QueryOutcome::ResultSet { rows, .. }) => assert_eq!(rows.len(), FEW_ROWS),
+            other => panic!("expected a result set, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
     async fn more_columns_than_a_table_can_have_is_a_protocol_error() {
         let count = [0xfc, 0x01, 0x10]; // 4097
-        let outcome = answering(&[&count])
-            .await
-            .read_outcome(true, RowLimit::FEW)
-            .await;
+        let outcome = answering(&[&count]).await.read_outcome(true).await;
         assert!(
             matches!(outcome, Err(BackendError::Protocol)),
             "{outcome:?}"

@@ -378,7 +378,9 @@ async fn purges_elsewhere_do_not_hold_up_delivery() {
 
 /// Large messages are claimed within the claim's byte budget (16 MiB): eight rows of 3 MiB, all
 /// due at once and offered in one batch, take two claims of at most 5 rows — the rest are left
-/// unclaimed, stay due and go out in the next claim at once — and each is sent once.
+/// unclaimed, stay due and go out in the next claim at once — and each is sent once. The rows a
+/// claim keeps are those first in priority, though the server returns them by id: the ids here
+/// run against the priorities.
 #[tokio::test]
 async fn large_messages_are_claimed_within_the_byte_budget() {
     const ROWS: i64 = 8;
@@ -387,16 +389,16 @@ async fn large_messages_are_claimed_within_the_byte_budget() {
     let listen = format!("127.0.0.1:{mport}");
     let env = Env::private_with("msg_large", &["--metrics-listen", &listen]).await;
     env.ddl(&format!(
-        "create table big(id bigint primary key, time_next bigint, epoch bigint,
+        "create table big(id bigint primary key, priority bigint, time_next bigint, epoch bigint,
            time_acked bigint, message mediumblob) comment '{}'",
         comment("30", 100, "30", "")
     ))
     .await;
     let values: Vec<String> = (1..=ROWS)
-        .map(|id| format!("({id}, repeat(char(64 + {id}), {SIZE}))"))
+        .map(|id| format!("({id}, {}, repeat(char(64 + {id}), {SIZE}))", ROWS + 1 - id))
         .collect();
     env.direct(&format!(
-        "insert into big(id, message) values {}",
+        "insert into big(id, priority, message) values {}",
         values.join(", ")
     ))
     .await;
@@ -416,6 +418,11 @@ async fn large_messages_are_claimed_within_the_byte_budget() {
     let mut stream = env.stream("big").await;
     let got = stream.recv_n(ROWS as usize, secs(10.0)).await;
     assert_each_once(&ids(&got), 1..=ROWS, "large messages");
+    assert_eq!(
+        ids(&got),
+        (1..=ROWS).rev().collect::<Vec<_>>(),
+        "in priority order across the two claims: the first keeps the five first in priority"
+    );
     assert!(
         started.elapsed() < secs(5.0),
         "the rows a claim left out must go out at once, not after a retry delay or a poll: {:?}",

@@ -1,6 +1,7 @@
 //! The message engine (see ../shared/MESSAGING.md).
 pub mod backoff;
 pub mod cache;
+pub mod claim_budget;
 pub mod engine;
 pub mod manager;
 pub mod options;

@@ -17,10 +17,11 @@ use tracing::{debug, warn};
 
 use super::backoff;
 use super::cache::Entry;
+use super::claim_budget::ClaimBudget;
 use super::manager::Subscription;
 use super::state;
 use super::table::MessageTable;
-use crate::backend::{Backend, BackendError, QueryOutcome, RowLimit};
+use crate::backend::{Backend, BackendError, QueryOutcome};
 use crate::protocol::packet::{encode_packet, PacketReader};
 use crate::protocol::wire::{self, put_lenenc_int, ErrorPacket};
 
@@ -221,17 +222,16 @@ async fn claim_batch(
     let mut sent = Vec::with_capacity(claimed.len());
     // (epoch before the claim, due time as the manager knew it) per row, for the stats.
     let mut delivered = Vec::with_capacity(claimed.len());
-    for (row, key, time_next, epoch) in claimed {
-        *seq = encode_packet(&mut out, *seq, &row);
+    for c in claimed {
+        *seq = encode_packet(&mut out, *seq, &c.row);
         let (priority, due) = batch
-            .iter()
-            .find(|e| e.key == key)
+            .get(c.place)
             .map_or((0, 0), |e| (e.priority, e.time_next));
-        delivered.push((epoch, due));
+        delivered.push((c.epoch, due));
         sent.push(Entry {
-            key,
+            key: c.key,
             priority,
-            time_next,
+            time_next: c.time_next,
         });
     }
     Ok(ClaimedBatch {
@@ -255,9 +255,18 @@ struct ClaimedBatch {
     left_out: Vec<Box<[u8]>>,
 }
 
-/// A claimed row: its payload trimmed to the stream columns, its key, its new `time_next`, its
-/// `epoch` before the claim.
-type Claimed = (BytesMut, Box<[u8]>, i64, i64);
+/// A claimed row.
+struct Claimed {
+    /// Its place in the batch.
+    place: usize,
+    /// Its payload, trimmed to the stream columns.
+    row: BytesMut,
+    key: Box<[u8]>,
+    /// Its new `time_next`.
+    time_next: i64,
+    /// Its `epoch` before the claim.
+    epoch: i64,
+}
 
 /// The claim transaction of the rows with `keys`. Also returns the keys of rows left unclaimed
 /// for [`CLAIM_BYTES`].
@@ -282,73 +291,77 @@ async fn claim(
     );
     // START TRANSACTION and the locking SELECT go out together (one round trip); both answers
     // are read before either is looked at, so the connection stays in step whatever failed.
-    // Each id matches one row at most. Rows past CLAIM_BYTES are read and dropped: locked by
-    // the SELECT but left out of the UPDATE, they are released unchanged at the COMMIT.
-    // (Rows come in the server's order, not the batch's: with messages this large a row of a
-    // lower priority may go before one of a higher, within the batch.)
-    let limit = RowLimit {
-        rows: keys.len(),
-        bytes: CLAIM_BYTES,
-    };
-    let mut left_out = Vec::new();
-    let mut note_left_out = |row: BytesMut| {
-        let key = wire::text_row_values(&row)
+    // Each id matches one row at most. The rows come in the server's order; the budget keeps
+    // the best-placed of them in the batch's sending order (priority, then time_next: the
+    // manager's cache order) within CLAIM_BYTES. Rows it leaves out are locked by the SELECT
+    // but left out of the UPDATE: the COMMIT releases them unchanged, still due. Sorting here
+    // rather than with an ORDER BY spares the server a sort per claim, and keeps claims working
+    // while a `priority` column the definition still names is being dropped.
+    let places: HashMap<&[u8], usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
+    let mut budget = ClaimBudget::new(CLAIM_BYTES);
+    let mut malformed = false;
+    let mut keep = |row: BytesMut| {
+        let key: Option<Box<[u8]>> = wire::text_row_values(&row)
             .and_then(|values| values.get(stream_columns).copied().flatten().map(Box::from));
-        left_out.extend(key);
+        let Some(key) = key else {
+            malformed = true;
+            return;
+        };
+        let at = places.get(&key[..]).copied().unwrap_or(usize::MAX);
+        budget.offer(at, key, row);
     };
     let (started, selected) = pipeline(
         backend,
         deprecate_eof,
         ("START TRANSACTION", &select),
-        limit,
-        &mut note_left_out,
+        keys.len(),
+        &mut keep,
     )
     .await?;
     expect_ok(backend, deprecate_eof, started).await?;
-    let rows = match selected {
-        QueryOutcome::ResultSet { rows, .. } => rows,
+    match selected {
+        QueryOutcome::ResultSet { .. } if malformed => {
+            return Err(BatchError::Backend(BackendError::Protocol))
+        }
+        QueryOutcome::ResultSet { .. } => {}
         QueryOutcome::Err(err) => return Err(rollback_after(backend, deprecate_eof, err).await),
         QueryOutcome::Ok { .. } => return Err(BatchError::Backend(BackendError::Protocol)),
     };
-    // The batch is in sending order (priority, then time_next: the manager's cache order), and
-    // the claimed rows go out in that order. Sorting here rather than with an ORDER BY spares
-    // the server a sort per claim, and keeps claims working while a `priority` column the
-    // definition still names is being dropped.
-    let position: HashMap<&[u8], usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
+    let (rows, left_out) = budget.finish();
     let mut claimed = Vec::with_capacity(rows.len());
     let mut cases = String::new();
-    for mut row in rows {
+    for (place, key, mut row) in rows {
         let values =
             wire::text_row_values(&row).ok_or(BatchError::Backend(BackendError::Protocol))?;
-        let (Some(Some(key)), Some(epoch)) =
-            (values.get(stream_columns), values.get(stream_columns + 1))
-        else {
+        let Some(epoch) = values.get(stream_columns + 1) else {
             return Err(BatchError::Backend(BackendError::Protocol));
         };
         let epoch: i64 = epoch
             .and_then(|e| std::str::from_utf8(e).ok())
             .and_then(|e| e.parse().ok())
             .unwrap_or(0);
-        let Some(literal) = def.id_literal(key) else {
+        let Some(literal) = def.id_literal(&key) else {
             warn!(
                 "{}: cannot form a literal for id key {:?}; skipping the row",
                 def.qualified(),
-                String::from_utf8_lossy(key)
+                String::from_utf8_lossy(&key)
             );
             continue;
         };
         let time_next = backoff::next_time_next(now, epoch, &def.options, backoff::random_jitter());
         cases.push_str(&format!(" WHEN {literal} THEN {time_next}"));
-        let at = position.get(key).copied().unwrap_or(usize::MAX);
-        let key: Box<[u8]> = (*key).into();
         let keep = wire::text_row_prefix_len(&row, stream_columns)
             .ok_or(BatchError::Backend(BackendError::Protocol))?;
         row.truncate(keep);
-        claimed.push((at, (row, key, time_next, epoch)));
+        claimed.push(Claimed {
+            place,
+            row,
+            key,
+            time_next,
+            epoch,
+        });
     }
-    claimed.sort_by_key(|(at, _)| *at);
-    let claimed: Vec<Claimed> = claimed.into_iter().map(|(_, c)| c).collect();
-    let claimed_ids = def.ids_sql(claimed.iter().map(|(_, key, _, _)| &key[..]));
+    let claimed_ids = def.ids_sql(claimed.iter().map(|c| &c.key[..]));
     let Some(claimed_ids) = claimed_ids else {
         exec(backend, deprecate_eof, "COMMIT").await?;
         return Ok((claimed, left_out));
@@ -360,38 +373,32 @@ async fn claim(
     // The UPDATE and COMMIT go out together too. If the UPDATE fails, the COMMIT that follows
     // it commits nothing: the failed statement was undone (or, on a deadlock, the whole
     // transaction), and the SELECT before it changed nothing. Either way nothing is claimed.
-    let (updated, committed) = pipeline(
-        backend,
-        deprecate_eof,
-        (&update, "COMMIT"),
-        RowLimit::FEW,
-        &mut |_| {},
-    )
-    .await?;
+    let (updated, committed) =
+        pipeline(backend, deprecate_eof, (&update, "COMMIT"), 0, &mut |_| {}).await?;
     expect_ok(backend, deprecate_eof, updated).await?;
     expect_ok(backend, deprecate_eof, committed).await?;
     Ok((claimed, left_out))
 }
 
-/// Sends two statements in one write and reads both answers, the second's rows within
-/// `second_limit` (those dropped for it go to `dropped_row`).
+/// Sends two statements in one write and reads both answers, handing the second's rows (at
+/// most `second_rows`) to `each_row`.
 async fn pipeline(
     backend: &mut Backend,
     deprecate_eof: bool,
     (first, second): (&str, &str),
-    second_limit: RowLimit,
-    dropped_row: &mut (dyn FnMut(BytesMut) + Send),
+    second_rows: usize,
+    each_row: &mut (dyn FnMut(BytesMut) + Send),
 ) -> Result<(QueryOutcome, QueryOutcome), BatchError> {
     backend
         .send_queries(&[first, second])
         .await
         .map_err(BatchError::Backend)?;
     let a = backend
-        .read_outcome(deprecate_eof, RowLimit::FEW)
+        .read_outcome(deprecate_eof)
         .await
         .map_err(BatchError::Backend)?;
     let b = backend
-        .read_outcome_with(deprecate_eof, second_limit, dropped_row)
+        .read_outcome_with(deprecate_eof, second_rows, each_row)
         .await
         .map_err(BatchError::Backend)?;
     Ok((a, b))
