@@ -23,6 +23,8 @@
 //! - `streams` — several streams, several proxies, streams that go away, purges running
 //!   elsewhere (on a MariaDB of its own, as it loads the server hard).
 //! - `errors` — what `STREAM`/`ACK` answer when they cannot work.
+//! - `stream_sessions` — what a stream does to its own session: transactions, locks, read-only
+//!   sessions, columns altered under it.
 
 mod acks;
 mod arrival;
@@ -30,4 +32,5 @@ mod columns;
 mod errors;
 pub(crate) mod harness;
 mod hostile_names;
+mod stream_sessions;
 mod streams;

@@ -22,6 +22,9 @@ use crate::sql::{Classification, Keyword, TableName, VirtualStatement};
 const ER_WRONG_OBJECT: u16 = 1347;
 /// ER_NO_DB_ERROR: "No database selected".
 const ER_NO_DB_ERROR: u16 = 1046;
+/// ER_CANT_DO_THIS_DURING_AN_TRANSACTION: "You are not allowed to execute this command in a
+/// transaction".
+const ER_CANT_DO_THIS_DURING_AN_TRANSACTION: u16 = 1179;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// Answers a statement the classifier marked virtual.
@@ -113,6 +116,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     async fn stream(&mut self, table: &TableName) -> Result<(), SessionEnd> {
+        // Each claim is a transaction of its own on this connection: its START TRANSACTION
+        // would silently commit the client's open one (MESSAGING.md §4: a message is sent only
+        // once its INSERT commits, never if it rolls back).
+        if self.relay.in_transaction() {
+            return self
+                .reply_error(ErrorPacket::new(
+                    ER_CANT_DO_THIS_DURING_AN_TRANSACTION,
+                    "25000",
+                    "STREAM cannot run inside a transaction: it commits a transaction of its own for each batch it claims; COMMIT or ROLLBACK first",
+                ))
+                .await;
+        }
         let Some(manager) = self.message_table(table).await? else {
             return Ok(());
         };

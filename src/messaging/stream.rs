@@ -24,6 +24,12 @@ use super::table::MessageTable;
 use crate::backend::{Backend, BackendError, QueryOutcome};
 use crate::protocol::packet::{encode_packet, PacketReader};
 use crate::protocol::wire::{self, put_lenenc_int, ErrorPacket};
+use mysql_common::constants::StatusFlags;
+
+/// How a claim ends its transaction. Spelled out so that the session's `completion_type` (which
+/// the client may have set to chain a new transaction, or to disconnect) does not apply.
+const COMMIT: &str = "COMMIT AND NO CHAIN NO RELEASE";
+const ROLLBACK: &str = "ROLLBACK AND NO CHAIN NO RELEASE";
 
 /// How long a stream's backend connection may sit idle before the proxy pings it.
 const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -71,7 +77,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         def.select_list(),
         def.qualified()
     );
-    let (columns, status) = match backend.query(&sql, deprecate_eof).await {
+    let (columns, mut status) = match backend.query(&sql, deprecate_eof).await {
         Ok(QueryOutcome::ResultSet {
             columns, status, ..
         }) => (columns, status),
@@ -82,6 +88,17 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         Ok(QueryOutcome::Ok { .. }) => return StreamEnd::BackendLost(BackendError::Protocol, 1),
         Err(e) => return StreamEnd::BackendLost(e, 1),
     };
+    // With autocommit off, that SELECT began a transaction (the session refuses STREAM inside
+    // one of the client's, so it is the stream's own): end it at once, or it would hold the
+    // table's metadata lock until the first claim — blocking every ALTER of the table, and
+    // behind the ALTER every write to it, for as long as the stream waits for a message.
+    if status & StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0 {
+        match backend.query(ROLLBACK, deprecate_eof).await {
+            Ok(QueryOutcome::Ok { status: s, .. }) => status = s,
+            Ok(_) => return StreamEnd::BackendLost(BackendError::Protocol, 1),
+            Err(e) => return StreamEnd::BackendLost(e, 1),
+        }
+    }
     let mut out = BytesMut::new();
     let mut count = BytesMut::new();
     put_lenenc_int(&mut count, columns.len() as u64);
@@ -155,7 +172,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut current = (*subscription.manager().definition()).clone();
                 current.stream_columns = def.stream_columns.clone();
                 let def = current;
-                let ClaimedBatch { packets: rows, sent, delivered, left_out } = match claim_batch(backend, deprecate_eof, &def, &batch, &mut seq).await {
+                let ClaimedBatch { packets: rows, sent, delivered, left_out } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut seq).await {
                     Ok(claimed) => claimed,
                     Err(e) => {
                         subscription.batch_done(&batch, Vec::new());
@@ -207,11 +224,12 @@ async fn claim_batch(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
+    columns: &[BytesMut],
     batch: &[Entry],
     seq: &mut u8,
 ) -> Result<ClaimedBatch, BatchError> {
     let keys: Vec<&[u8]> = batch.iter().map(|e| &e.key[..]).collect();
-    let (claimed, left_out) = claim(backend, deprecate_eof, def, &keys).await?;
+    let (claimed, left_out) = claim(backend, deprecate_eof, def, columns, &keys).await?;
     if claimed.is_empty() {
         return Ok(ClaimedBatch {
             left_out,
@@ -268,12 +286,13 @@ struct Claimed {
     epoch: i64,
 }
 
-/// The claim transaction of the rows with `keys`. Also returns the keys of rows left unclaimed
-/// for [`CLAIM_BYTES`].
+/// The claim transaction of the rows with `keys`, for a stream that sent its client `columns`.
+/// Also returns the keys of rows left unclaimed for [`CLAIM_BYTES`].
 async fn claim(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
+    columns: &[BytesMut],
     keys: &[&[u8]],
 ) -> Result<(Vec<Claimed>, Vec<Box<[u8]>>), BatchError> {
     let now = state::now_ns();
@@ -323,7 +342,28 @@ async fn claim(
         QueryOutcome::ResultSet { .. } if malformed => {
             return Err(BatchError::Backend(BackendError::Protocol))
         }
-        QueryOutcome::ResultSet { .. } => {}
+        QueryOutcome::ResultSet {
+            columns: selected, ..
+        } => {
+            // The rows must be what the client was told at the start: a column whose type,
+            // length or character set has changed since (an ALTER) would reach it as values of
+            // the old type. Nothing is claimed: the rows stay due for the streams to come.
+            if let Some(changed) = changed_column(columns, &selected) {
+                if let Err(e) = backend.query(ROLLBACK, deprecate_eof).await {
+                    return Err(BatchError::Backend(e));
+                }
+                let err = ErrorPacket::new(
+                    ER_TABLE_DEF_CHANGED,
+                    "HY000",
+                    format!(
+                        "message table {} changed while streaming: column '{}' is no longer what this stream began with; STREAM again",
+                        def.qualified(),
+                        def.stream_columns.get(changed).map_or("?", String::as_str),
+                    ),
+                );
+                return Err(BatchError::Fatal(err.encode(true)));
+            }
+        }
         QueryOutcome::Err(err) => return Err(rollback_after(backend, deprecate_eof, err).await),
         QueryOutcome::Ok { .. } => return Err(BatchError::Backend(BackendError::Protocol)),
     };
@@ -363,7 +403,7 @@ async fn claim(
     }
     let claimed_ids = def.ids_sql(claimed.iter().map(|c| &c.key[..]));
     let Some(claimed_ids) = claimed_ids else {
-        exec(backend, deprecate_eof, "COMMIT").await?;
+        exec(backend, deprecate_eof, COMMIT).await?;
         return Ok((claimed, left_out));
     };
     let update = format!(
@@ -374,10 +414,19 @@ async fn claim(
     // it commits nothing: the failed statement was undone (or, on a deadlock, the whole
     // transaction), and the SELECT before it changed nothing. Either way nothing is claimed.
     let (updated, committed) =
-        pipeline(backend, deprecate_eof, (&update, "COMMIT"), 0, &mut |_| {}).await?;
+        pipeline(backend, deprecate_eof, (&update, COMMIT), 0, &mut |_| {}).await?;
     expect_ok(backend, deprecate_eof, updated).await?;
     expect_ok(backend, deprecate_eof, committed).await?;
     Ok((claimed, left_out))
+}
+
+/// ER_TABLE_DEF_CHANGED: "Table definition has changed, please retry transaction".
+const ER_TABLE_DEF_CHANGED: u16 = 1412;
+
+/// The first of the stream's column definitions (`sent`, from the start of the stream) that the
+/// claim's `SELECT` (whose first columns are the same expressions) no longer returns alike.
+fn changed_column(sent: &[BytesMut], selected: &[BytesMut]) -> Option<usize> {
+    (0..sent.len()).find(|&i| selected.get(i) != sent.get(i))
 }
 
 /// Sends two statements in one write and reads both answers, handing the second's rows (at
@@ -440,13 +489,15 @@ async fn exec(backend: &mut Backend, deprecate_eof: bool, sql: &str) -> Result<(
 /// Rolls back after a failed claim statement. Errors about the table's shape end the stream;
 /// others (lock wait timeout, deadlock) only cost this batch, whose rows come back later.
 async fn rollback_after(backend: &mut Backend, deprecate_eof: bool, err: BytesMut) -> BatchError {
-    if let Err(e) = backend.query("ROLLBACK", deprecate_eof).await {
+    if let Err(e) = backend.query(ROLLBACK, deprecate_eof).await {
         return BatchError::Backend(e);
     }
     let parsed = ErrorPacket::parse(&err);
     match parsed.as_ref().map(|e| e.code) {
-        // ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR, ER_TABLEACCESS_DENIED_ERROR.
-        Some(1054 | 1146 | 1049 | 1142) => BatchError::Fatal(err),
+        // ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR, ER_TABLEACCESS_DENIED_ERROR;
+        // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION (the session is READ ONLY) and
+        // ER_OPTION_PREVENTS_STATEMENT (the server is `read_only`): this session cannot claim.
+        Some(1054 | 1146 | 1049 | 1142 | 1792 | 1290) => BatchError::Fatal(err),
         _ => {
             if let Some(e) = parsed {
                 warn!("claim failed, the batch will be retried: {e}");

@@ -1,0 +1,182 @@
+//! What a `STREAM` does to the session it runs on: it refuses to run inside the client's
+//! transaction (its claims would commit it), holds no table lock while it waits, whatever the
+//! session's `autocommit` and `completion_type`, and ends with an error — leaving the messages due
+//! — when its session cannot claim (`READ ONLY`) or its columns change under it.
+
+use super::harness::{comment, exec, secs, Env, Stream};
+use crate::support::Failure;
+
+const COLUMNS: &str =
+    "id bigint primary key, time_next bigint, epoch bigint, time_acked bigint, message varchar(20)";
+
+async fn message_table(env: &Env, name: &str) {
+    env.ddl(&format!(
+        "create table {name}({COLUMNS}) comment '{}'",
+        comment("30", 10, "1", "")
+    ))
+    .await;
+}
+
+fn code_of(f: &Failure) -> Option<u16> {
+    match f {
+        Failure::Server { code, .. } => Some(*code),
+        Failure::Client(_) => None,
+    }
+}
+
+/// `BEGIN; INSERT ...; STREAM` used to commit the INSERT (the first claim's `START TRANSACTION`
+/// does) and send it; now STREAM is refused with 1179 and the client's transaction is untouched.
+#[tokio::test]
+async fn a_stream_inside_a_transaction_is_refused_and_the_transaction_kept() {
+    let env = Env::new("msg_stream_in_txn").await;
+    message_table(&env, "q").await;
+    let mut c = env.proxy_conn().await;
+    exec(&mut c, "BEGIN").await.expect("BEGIN");
+    exec(
+        &mut c,
+        "insert into q(id, message) values (1, 'uncommitted')",
+    )
+    .await
+    .expect("insert");
+    let refused = exec(&mut c, "STREAM * FROM q").await;
+    match &refused {
+        Err(Failure::Server {
+            code,
+            state,
+            message,
+        }) => {
+            assert_eq!((*code, state.as_str()), (1179, "25000"), "{message}");
+            assert!(message.contains("COMMIT or ROLLBACK first"), "{message}");
+        }
+        other => panic!("STREAM in a transaction: expected 1179, got {other:?}"),
+    }
+    exec(&mut c, "ROLLBACK").await.expect("ROLLBACK");
+    assert!(
+        env.states("q").await.is_empty(),
+        "the client's rolled-back INSERT must not have been committed"
+    );
+    // Out of the transaction, the same session streams.
+    let mut stream = Stream::open_with(
+        env.proxy.port(),
+        &env.db,
+        &["BEGIN", "ROLLBACK"],
+        "STREAM * FROM q",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}\n{}", env.log()));
+    env.via_proxy("insert into q(id, message) values (2, 'committed')")
+        .await;
+    assert_eq!(stream.recv(secs(2.0)).await.map(|m| m.id), Some(2));
+}
+
+/// With autocommit off (PyMySQL's and mysqlclient's default), the stream's column query used to
+/// leave a transaction open that held the table's metadata lock until the first message: an
+/// ALTER waited for it, and every write to the table waited behind the ALTER.
+#[tokio::test]
+async fn an_idle_stream_with_autocommit_off_holds_no_table_lock() {
+    let env = Env::new("msg_stream_mdl").await;
+    message_table(&env, "q").await;
+    let mut stream = Stream::open_with(
+        env.proxy.port(),
+        &env.db,
+        &["SET autocommit = 0"],
+        "STREAM * FROM q",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}\n{}", env.log()));
+    let mut direct = env.direct_conn().await;
+    exec(&mut direct, "SET SESSION lock_wait_timeout = 3")
+        .await
+        .expect("set lock_wait_timeout");
+    let altered = exec(&mut direct, "alter table q add column extra int").await;
+    assert!(
+        altered.is_ok(),
+        "ALTER beside an idle stream: {altered:?} (code {:?})",
+        altered.as_ref().err().and_then(code_of)
+    );
+    env.via_proxy("insert into q(id, message) values (1, 'after the alter')")
+        .await;
+    assert_eq!(stream.recv(secs(2.0)).await.map(|m| m.id), Some(1));
+    // The stream's own claims leave no transaction open either.
+    let altered = exec(&mut direct, "alter table q drop column extra").await;
+    assert!(altered.is_ok(), "ALTER after a claim: {altered:?}");
+}
+
+/// `completion_type = 2` makes a bare COMMIT disconnect; the claims' COMMITs say `NO RELEASE`.
+#[tokio::test]
+async fn completion_type_release_does_not_end_a_stream() {
+    let env = Env::new("msg_stream_release").await;
+    message_table(&env, "q").await;
+    let mut stream = Stream::open_with(
+        env.proxy.port(),
+        &env.db,
+        &["SET completion_type = 2"],
+        "STREAM * FROM q",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}\n{}", env.log()));
+    for id in 1..=3 {
+        env.via_proxy(&format!("insert into q(id, message) values ({id}, 'm')"))
+            .await;
+        match stream.recv_or_end(secs(2.0)).await {
+            Ok(Some(m)) => assert_eq!(m.id, id),
+            other => panic!("message {id}: {other:?}\n{}", env.log()),
+        }
+    }
+}
+
+/// A stream whose session cannot write (`SET SESSION TRANSACTION READ ONLY`) used to show its
+/// columns and then nothing, retrying its claim four times a second for ever; now it ends with
+/// the server's error at its first claim, and the message stays due for other streams.
+#[tokio::test]
+async fn a_read_only_session_stream_ends_with_the_servers_error() {
+    let env = Env::new("msg_stream_read_only").await;
+    message_table(&env, "q").await;
+    let mut stream = Stream::open_with(
+        env.proxy.port(),
+        &env.db,
+        &["SET SESSION TRANSACTION READ ONLY"],
+        "STREAM * FROM q",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}\n{}", env.log()));
+    env.via_proxy("insert into q(id, message) values (1, 'm')")
+        .await;
+    match stream.recv_or_end(secs(3.0)).await {
+        Err(why) => assert!(why.contains("1792"), "{why}"),
+        Ok(m) => panic!("expected the stream to end with 1792, got {m:?}"),
+    }
+    let mut other = env.stream("q").await;
+    assert_eq!(
+        other.recv(secs(3.0)).await.map(|m| m.id),
+        Some(1),
+        "the message stays due for a stream that can claim it"
+    );
+}
+
+/// A column whose type changes while a stream is open (here its length) used to reach the
+/// client as values under the old column definition; now the stream ends with 1412 at its next
+/// claim, before claiming anything, and a new stream gets the message with the new definition.
+#[tokio::test]
+async fn a_stream_ends_when_its_columns_change() {
+    let env = Env::new("msg_stream_altered").await;
+    message_table(&env, "q").await;
+    let mut stream = env.stream("q").await;
+    env.via_proxy("insert into q(id, message) values (1, 'before')")
+        .await;
+    assert_eq!(stream.recv(secs(2.0)).await.map(|m| m.id), Some(1));
+    env.ddl("alter table q modify message varchar(200)").await;
+    env.via_proxy("insert into q(id, message) values (2, 'after')")
+        .await;
+    match stream.recv_or_end(secs(3.0)).await {
+        Err(why) => assert!(why.contains("1412") && why.contains("message"), "{why}"),
+        Ok(m) => panic!("expected the stream to end with 1412, got {m:?}"),
+    }
+    assert_eq!(
+        env.state("q", 2).await.epoch.unwrap_or(0),
+        0,
+        "the message was not claimed"
+    );
+    let mut again = env.stream("q").await;
+    assert_eq!(again.recv(secs(3.0)).await.map(|m| m.id), Some(2));
+}
