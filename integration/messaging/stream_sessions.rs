@@ -180,3 +180,36 @@ async fn a_stream_ends_when_its_columns_change() {
     let mut again = env.stream("q").await;
     assert_eq!(again.recv(secs(3.0)).await.map(|m| m.id), Some(2));
 }
+
+/// `KILL QUERY id` through msgproxy (what the `mariadb` client sends on Ctrl-C) ends a stream
+/// on that connection with 1317, as the server ends a killed statement, and the session goes
+/// on. It used to change nothing: the stream waits between claims with no statement running on
+/// the server, which only notes the KILL.
+#[tokio::test]
+async fn kill_query_ends_a_stream_and_the_session_goes_on() {
+    use mysql_async::prelude::*;
+    let env = Env::new("msg_stream_kill_query").await;
+    message_table(&env, "q").await;
+    let mut c = env.proxy_conn().await;
+    let connection = c.id();
+    let mut result = c.query_iter("STREAM * FROM q").await.expect("STREAM");
+    env.via_proxy("insert into q(id, message) values (1, 'm')")
+        .await;
+    let row = tokio::time::timeout(secs(3.0), result.next())
+        .await
+        .expect("a message within 3 s")
+        .expect("a row");
+    assert!(row.is_some(), "the stream ended early");
+    env.via_proxy(&format!("KILL QUERY {connection}")).await;
+    match tokio::time::timeout(secs(3.0), result.next()).await {
+        Ok(Err(e)) => assert_eq!(code_of(&Failure::of(&e)), Some(1317), "KILL QUERY: {e}"),
+        other => panic!("expected the stream to end with 1317 at once, got {other:?}"),
+    }
+    drop(result);
+    let one: Option<i64> = c.query_first("SELECT 1").await.expect("SELECT 1 after");
+    assert_eq!(
+        one,
+        Some(1),
+        "the session goes on after the interrupted stream"
+    );
+}

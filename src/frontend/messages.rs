@@ -134,16 +134,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let subscription = manager.subscribe();
         let deprecate_eof = self.deprecate_eof();
         let shutdown = self.ctx.shutdown.clone();
+        let running = self
+            .ctx
+            .streams
+            .start(u64::from(self.backend.greeting.connection_id));
         match stream::serve(
             &mut self.client,
             &mut self.backend,
             deprecate_eof,
             subscription,
             &shutdown,
+            &running.interrupted,
         )
         .await
         {
-            StreamEnd::Refused => Ok(()),
+            StreamEnd::Refused | StreamEnd::Interrupted => Ok(()),
             StreamEnd::Closed => Err(SessionEnd::Quit),
             StreamEnd::BackendLost(e, seq) => {
                 // The session's error packet continues the stream's result set.
@@ -214,6 +219,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             Keyword::Use if !self.relay.failed => {
                 self.current_db = parse_use(&sql[classification.keyword_offset..]);
+            }
+            // The server has accepted the KILL (the user may kill that connection's statement):
+            // a stream on that connection through this proxy ends as the statement would.
+            Keyword::Kill if !self.relay.failed => {
+                if let Some(connection) = crate::sql::kill_query_target(sql) {
+                    self.ctx.streams.interrupt(connection);
+                }
             }
             _ => {}
         }

@@ -1,6 +1,7 @@
 //! The front door: the accept loop (connection limit, back-off on accept errors, graceful
 //! shutdown) and, in submodules, everything one client session does.
 
+mod interrupts;
 mod login;
 mod messages;
 mod ops;
@@ -34,6 +35,8 @@ pub struct Context {
     pub engine: Option<Arc<crate::messaging::engine::Engine>>,
     /// The proxy-wide counters (Prometheus), bumped by the accept loop and the sessions.
     pub metrics: Arc<crate::metrics::ProxyMetrics>,
+    /// The streams running through this proxy, for `KILL QUERY`.
+    pub streams: Arc<interrupts::RunningStreams>,
     implicit_root: User,
 }
 
@@ -50,6 +53,7 @@ impl Context {
             shutdown,
             engine,
             metrics: Arc::default(),
+            streams: Arc::default(),
             implicit_root: User {
                 name: "root".into(),
                 secret: Secret::Plain(Vec::new()),

@@ -46,6 +46,8 @@ pub enum StreamEnd {
     Refused,
     /// The client went away, or the stream ended with an error already sent: close the session.
     Closed,
+    /// `KILL QUERY` ended the stream with error 1317, already sent: the session goes on.
+    Interrupted,
     /// The backend connection failed. The `u8` is the sequence id the client expects next (the
     /// session's error packet must continue the stream's result set).
     BackendLost(BackendError, u8),
@@ -69,6 +71,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     deprecate_eof: bool,
     subscription: Subscription,
     shutdown: &CancellationToken,
+    interrupted: &CancellationToken,
 ) -> StreamEnd {
     let def = subscription.manager().definition();
     // Column definitions first, at once, even when nothing is due.
@@ -126,6 +129,15 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let err = ErrorPacket::new(1053, "08S01", "msgproxy is shutting down; reconnect and STREAM again (unacked messages come back after their ack wait)");
                 let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
                 return StreamEnd::Closed;
+            }
+            _ = interrupted.cancelled() => {
+                // As the server ends a killed statement. The rows sent so far stay claimed until
+                // they are acked or their ack wait passes.
+                let err = ErrorPacket::new(ER_QUERY_INTERRUPTED, "70100", "Query execution was interrupted");
+                if crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await.is_err() {
+                    return StreamEnd::Closed;
+                }
+                return StreamEnd::Interrupted;
             }
             r = client.fill() => {
                 // A streaming client sends nothing; data or EOF both mean it is done with us.
@@ -419,6 +431,9 @@ async fn claim(
     expect_ok(backend, deprecate_eof, committed).await?;
     Ok((claimed, left_out))
 }
+
+/// ER_QUERY_INTERRUPTED: "Query execution was interrupted".
+const ER_QUERY_INTERRUPTED: u16 = 1317;
 
 /// ER_TABLE_DEF_CHANGED: "Table definition has changed, please retry transaction".
 const ER_TABLE_DEF_CHANGED: u16 = 1412;

@@ -19,6 +19,7 @@
 //!   what is relayed untouched, and odd names and ids surviving `STREAM`/`ACK`.
 
 mod classify;
+mod kill;
 mod lexer;
 mod reserved;
 mod rewrite;
@@ -28,6 +29,7 @@ mod statements;
 mod property_tests;
 
 pub use classify::classify;
+pub use kill::kill_query_target;
 pub use rewrite::rewrite;
 pub use statements::{parse_virtual, SyntaxError, TableName, VirtualStatement};
 
