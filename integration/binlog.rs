@@ -888,6 +888,55 @@ async fn binlog_off_runs_in_poll_mode() {
     proxy.assert_alive();
 }
 
+/// In poll mode, writes through the proxy are prompt however they are sent: a prepared INSERT
+/// (binary protocol: Go's driver and JDBC by default), several statements in one query, an SQL
+/// `PREPARE`/`EXECUTE`. They used to wait for the next poll (30 s here); only a text
+/// `INSERT` asked for one.
+#[tokio::test]
+async fn poll_mode_is_prompt_for_prepared_and_multi_statement_writes() {
+    let server = MariaDb::start_with(&["--skip-log-bin"]);
+    let db = "binlog_off_prepared";
+    fresh_db(&server, db).await;
+    direct(
+        server.port(),
+        db,
+        &[&create_table("m", &comment("30", 10, "30"))],
+    )
+    .await;
+    let proxy = Proxy::start(&server.url(db), &[], None);
+    wait_for_log(&proxy, "poll mode", 15).await;
+    let mut c = Consumer::start(proxy.port(), db, "m");
+    c.wait_open(1, 10).await;
+    let mut p = connect(proxy.port(), "root", None, db).await;
+    let t = Instant::now();
+    p.exec_drop("INSERT INTO m (id, message) VALUES (?, ?)", (1, "prepared"))
+        .await
+        .expect("a prepared insert");
+    c.expect(&[1], t, PROMPT, "a prepared insert (binary protocol)")
+        .await;
+    let t = Instant::now();
+    p.query_drop("SET @id = 2; INSERT INTO m (id, message) VALUES (@id, 'second of two')")
+        .await
+        .expect("two statements");
+    c.expect(
+        &[2],
+        t,
+        PROMPT,
+        "an insert after another statement in one query",
+    )
+    .await;
+    p.query_drop("PREPARE s FROM 'INSERT INTO m (id, message) VALUES (?, ''sql prepared'')'")
+        .await
+        .expect("PREPARE");
+    let t = Instant::now();
+    p.query_drop("SET @id = 3").await.expect("SET");
+    p.query_drop("EXECUTE s USING @id").await.expect("EXECUTE");
+    c.expect(&[3], t, PROMPT, "an SQL EXECUTE of a prepared insert")
+        .await;
+    let _ = p.disconnect().await;
+    proxy.assert_alive();
+}
+
 /// Backend users without replication privileges: the line names the missing grants (and the
 /// GRANT to run), and poll mode delivers.
 #[tokio::test]

@@ -70,6 +70,8 @@ pub struct Relay {
     pub failed: bool,
     /// Affected rows of the last response, summed over its OK results (the ack counters).
     pub affected_rows: u64,
+    /// The statement id of the last response, when it was a `COM_STMT_PREPARE` answered OK.
+    pub prepared_statement: Option<u32>,
 }
 
 impl Relay {
@@ -80,6 +82,7 @@ impl Relay {
             next_seq: 1,
             failed: false,
             affected_rows: 0,
+            prepared_statement: None,
         }
     }
 
@@ -138,6 +141,7 @@ impl Relay {
         };
         self.failed = false;
         self.affected_rows = 0;
+        self.prepared_statement = None;
         // Bytes ready for the client, written before any wait on the backend.
         let mut pending = BytesMut::new();
         // Bytes of the current packet still to pass through unexamined.
@@ -265,7 +269,7 @@ impl Relay {
             State::PrepareOk => {
                 let mut r = Reader::new(payload);
                 r.u8();
-                r.u32().ok_or(RelayError::Protocol)?;
+                self.prepared_statement = Some(r.u32().ok_or(RelayError::Protocol)?);
                 let columns = r.u16().ok_or(RelayError::Protocol)? as u64;
                 let params = r.u16().ok_or(RelayError::Protocol)? as u64;
                 if params > 0 {

@@ -194,22 +194,39 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if classification.keyword == Keyword::Update {
             self.count_sql_ack(&engine, sql);
         }
+        // While the binlog watcher follows, the committed rows reach the managers from the binlog
+        // within milliseconds; a poll here would only repeat that work (and under load it was
+        // most of the server's reads).
+        let polling = !engine.binlog_following();
         match classification.keyword {
-            Keyword::Insert
-            | Keyword::Replace
-            | Keyword::Load
-            | Keyword::Update
-            | Keyword::Call
-            | Keyword::With
-                // While the binlog watcher follows, the committed rows reach the managers from
-                // the binlog within milliseconds; a poll here would only repeat that work (and
-                // under load it was most of the server's reads).
-                if !engine.binlog_following() =>
-            {
-                for m in engine.tables_mentioned(sql) {
-                    if !self.pending_notify.iter().any(|p| Arc::ptr_eq(p, &m)) {
-                        self.pending_notify.push(m);
+            keyword if polling && may_write(keyword) => {
+                let written = engine.tables_mentioned(sql);
+                self.note_written(written);
+            }
+            // Several statements in one query (`SET @a = 1; INSERT ...`): any of them may write.
+            _ if polling && has_more_statements(sql) => {
+                let written = engine.tables_mentioned(sql);
+                self.note_written(written);
+            }
+            Keyword::Other if polling && !self.relay.failed => {
+                let verb = first_word(sql, classification.keyword_offset);
+                if verb.eq_ignore_ascii_case(b"prepare") {
+                    for m in engine.tables_mentioned(sql) {
+                        if !self
+                            .prepared_writes
+                            .by_sql
+                            .iter()
+                            .any(|p| Arc::ptr_eq(p, &m))
+                        {
+                            self.prepared_writes.by_sql.push(m);
+                        }
                     }
+                } else if verb.eq_ignore_ascii_case(b"execute") {
+                    // `EXECUTE IMMEDIATE 'INSERT ...'` names its tables; `EXECUTE s` may run any
+                    // statement this session prepared.
+                    let mut written = engine.tables_mentioned(sql);
+                    written.extend(self.prepared_writes.by_sql.iter().cloned());
+                    self.note_written(written);
                 }
             }
             keyword if keyword.is_ddl() && !self.relay.failed => {
@@ -229,8 +246,49 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             _ => {}
         }
+        self.notify_if_committed(classification.keyword == Keyword::Rollback);
+    }
+
+    /// After a `COM_STMT_PREPARE`: while polling, remember which message tables the statement
+    /// may write, by the id the server gave it.
+    pub(super) fn after_prepared(&mut self, sql: &[u8]) {
+        let (Some(engine), Some(id)) = (self.ctx.engine.clone(), self.relay.prepared_statement)
+        else {
+            return;
+        };
+        if engine.binlog_following() || !may_write(crate::sql::classify(sql).keyword) {
+            return;
+        }
+        let written = engine.tables_mentioned(sql);
+        if !written.is_empty() {
+            self.prepared_writes.by_id.insert(id, written);
+        }
+    }
+
+    /// After a `COM_STMT_EXECUTE`: the tables its statement may have written are polled once
+    /// they are committed, as after a text `INSERT`.
+    pub(super) fn after_executed_prepared(&mut self, id: Option<u32>) {
+        let written = id
+            .and_then(|id| self.prepared_writes.by_id.get(&id))
+            .cloned()
+            .unwrap_or_default();
+        self.note_written(written);
+        self.notify_if_committed(false);
+    }
+
+    /// Adds tables to those this session's open transaction may have written.
+    fn note_written(&mut self, written: Vec<Arc<TableManager>>) {
+        for m in written {
+            if !self.pending_notify.iter().any(|p| Arc::ptr_eq(p, &m)) {
+                self.pending_notify.push(m);
+            }
+        }
+    }
+
+    /// Once no transaction is open, asks the managers of the tables written to poll (unless the
+    /// transaction rolled back).
+    fn notify_if_committed(&mut self, rolled_back: bool) {
         if !self.relay.in_transaction() && !self.pending_notify.is_empty() {
-            let rolled_back = classification.keyword == Keyword::Rollback;
             for m in self.pending_notify.drain(..) {
                 if !rolled_back {
                     m.request_poll();
@@ -238,6 +296,47 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
         }
     }
+}
+
+/// The message tables a session's prepared statements may write (see `Session::prepared_writes`).
+#[derive(Default)]
+pub struct PreparedWrites {
+    /// By statement id, for the binary protocol.
+    pub by_id: std::collections::HashMap<u32, Vec<Arc<TableManager>>>,
+    /// For every SQL `PREPARE` of the session together (`EXECUTE name` is not traced to its
+    /// `PREPARE`: a table too many costs one poll).
+    pub by_sql: Vec<Arc<TableManager>>,
+}
+
+/// Statements that may insert rows (or, `UPDATE`, reschedule them).
+fn may_write(keyword: Keyword) -> bool {
+    matches!(
+        keyword,
+        Keyword::Insert
+            | Keyword::Replace
+            | Keyword::Load
+            | Keyword::Update
+            | Keyword::Call
+            | Keyword::With
+    )
+}
+
+/// The word at `offset` (the classifier's first keyword), for keywords it does not name.
+fn first_word(sql: &[u8], offset: usize) -> &[u8] {
+    let rest = sql.get(offset..).unwrap_or_default();
+    let len = rest
+        .iter()
+        .position(|b| !b.is_ascii_alphabetic())
+        .unwrap_or(rest.len());
+    &rest[..len]
+}
+
+/// Whether a query holds more than one statement: a `;` with more than whitespace after it. A
+/// `;` inside a string or comment also counts: a false positive costs one poll.
+fn has_more_statements(sql: &[u8]) -> bool {
+    sql.iter()
+        .position(|&b| b == b';')
+        .is_some_and(|at| sql[at + 1..].iter().any(|b| !b.is_ascii_whitespace()))
 }
 
 /// The database named by `USE db` (backticks removed), if the statement is that simple.

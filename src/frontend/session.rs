@@ -54,6 +54,10 @@ pub struct Session<S> {
     /// Message tables this session may have written in its open transaction; their managers are
     /// told when it commits.
     pub(super) pending_notify: Vec<Arc<crate::messaging::manager::TableManager>>,
+    /// While the engine polls instead of following the binlog: the message tables this
+    /// session's prepared statements may write, by statement id (binary protocol) and for all
+    /// its SQL `PREPARE`s together, so that executing one asks for a poll as a text `INSERT` does.
+    pub(super) prepared_writes: super::messages::PreparedWrites,
     /// The challenge of the initial handshake; clients answer COM_CHANGE_USER with it.
     nonce: [u8; 20],
     user: String,
@@ -109,6 +113,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             capabilities,
             current_db: database,
             pending_notify: Vec::new(),
+            prepared_writes: Default::default(),
             nonce,
             user,
             peer,
@@ -291,7 +296,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     ))
                     .await;
             }
-            COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE | COM_PROCESS_INFO => ResponseKind::Results,
+            COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE => {
+                self.relay_command(&raw, ResponseKind::Results).await?;
+                self.after_executed_prepared(statement_id(payload));
+                return Ok(());
+            }
+            COM_PROCESS_INFO => ResponseKind::Results,
+            COM_RESET_CONNECTION => {
+                self.relay_command(&raw, ResponseKind::Single).await?;
+                // The server deallocated the session's prepared statements.
+                self.prepared_writes = Default::default();
+                return Ok(());
+            }
             COM_STMT_PREPARE if sql::classify(&payload[1..]).action == Action::Virtual => {
                 // The proxy answers these itself, over the text protocol only; the server would
                 // say "syntax error", which is not the reason.
@@ -303,10 +319,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     ))
                     .await;
             }
-            COM_STMT_PREPARE => ResponseKind::Prepare,
+            COM_STMT_PREPARE => {
+                self.relay_command(&raw, ResponseKind::Prepare).await?;
+                self.after_prepared(&payload[1..]);
+                return Ok(());
+            }
             COM_STMT_FETCH => ResponseKind::Rows,
             COM_FIELD_LIST => ResponseKind::FieldList,
             COM_STMT_CLOSE | COM_STMT_SEND_LONG_DATA => {
+                if payload.first() == Some(&COM_STMT_CLOSE) {
+                    if let Some(id) = statement_id(payload) {
+                        self.prepared_writes.by_id.remove(&id);
+                    }
+                }
                 // No response: just pass the command on.
                 self.send_to_backend(&raw).await?;
                 return Ok(());
@@ -592,6 +617,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 self.current_db = Some(String::from_utf8_lossy(request.database).into_owned())
                     .filter(|d| !d.is_empty());
                 self.pending_notify.clear();
+                // The server deallocated the session's prepared statements.
+                self.prepared_writes = Default::default();
                 write_packet(client, seq, &ok)
                     .await
                     .map_err(SessionEnd::Client)?;
@@ -650,4 +677,10 @@ impl<'a> ChangeUser<'a> {
             connect_attrs,
         })
     }
+}
+
+/// The statement id a `COM_STMT_EXECUTE`/`CLOSE`/`BULK_EXECUTE` payload names.
+fn statement_id(payload: &[u8]) -> Option<u32> {
+    let bytes = payload.get(1..5)?;
+    Some(u32::from_le_bytes(bytes.try_into().ok()?))
 }
