@@ -23,7 +23,10 @@
 //! - `streams` — several streams, several proxies, streams that go away, purges running
 //!   elsewhere (on a MariaDB of its own, as it loads the server hard).
 //! - `errors` — what `STREAM`/`ACK` answer when they cannot work.
+//! - `ack_literals` — quoted `ACK` ids under every `sql_mode` (`NO_BACKSLASH_ESCAPES`,
+//!   `ANSI_QUOTES`) and character set.
 
+mod ack_literals;
 mod acks;
 mod arrival;
 mod columns;

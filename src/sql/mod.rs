@@ -28,8 +28,11 @@ mod statements;
 mod property_tests;
 
 pub use classify::classify;
+pub use lexer::Quoting;
 pub use rewrite::rewrite;
-pub use statements::{parse_virtual, SyntaxError, TableName, VirtualStatement};
+pub use statements::{
+    parse_virtual, parse_virtual_in, AckId, SyntaxError, TableName, VirtualStatement,
+};
 
 /// What the proxy does with one statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
