@@ -23,6 +23,7 @@
 //! - `streams` — several streams, several proxies, streams that go away, purges running
 //!   elsewhere (on a MariaDB of its own, as it loads the server hard).
 //! - `errors` — what `STREAM`/`ACK` answer when they cannot work.
+//! - `current_db` — unqualified `ACK`/`STREAM` tables follow the session's real database.
 //! - `ack_literals` — quoted `ACK` ids under every `sql_mode` (`NO_BACKSLASH_ESCAPES`,
 //!   `ANSI_QUOTES`) and character set.
 
@@ -30,6 +31,7 @@ mod ack_literals;
 mod acks;
 mod arrival;
 mod columns;
+mod current_db;
 mod errors;
 pub(crate) mod harness;
 mod hostile_names;

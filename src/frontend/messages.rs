@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::warn;
 
-use super::session::{Session, SessionEnd};
+use super::session::{CurrentDb, Session, SessionEnd};
 use crate::backend::QueryOutcome;
 use crate::messaging::engine::Lookup;
 use crate::messaging::manager::TableManager;
@@ -73,7 +73,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         &mut self,
         table: &TableName,
     ) -> Result<Option<Arc<TableManager>>, SessionEnd> {
-        let Some(schema) = table.schema.clone().or_else(|| self.current_db.clone()) else {
+        let schema = match &table.schema {
+            Some(schema) => Some(schema.clone()),
+            None => match self.current_database().await? {
+                Asked::Value(db) => db,
+                Asked::Refused(err) => {
+                    write_packet(self.client.get_mut(), 1, &err)
+                        .await
+                        .map_err(SessionEnd::Client)?;
+                    return Ok(None);
+                }
+            },
+        };
+        let Some(schema) = schema else {
             self.reply_error(ErrorPacket::new(
                 ER_NO_DB_ERROR,
                 "3D000",
@@ -157,6 +169,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
+    /// The session's current database: the one the proxy is sure of, or else the server's
+    /// answer to `SELECT DATABASE()` on the session's own connection (kept until something may
+    /// change it again).
+    async fn current_database(&mut self) -> Result<Asked, SessionEnd> {
+        if let CurrentDb::Known(db) = &self.current_db {
+            return Ok(Asked::Value(db.clone()));
+        }
+        let asked = self.ask_server("DATABASE()").await?;
+        if let Asked::Value(db) = &asked {
+            self.current_db = CurrentDb::Known(db.clone());
+        }
+        Ok(asked)
+    }
+
     /// Asks the server for the text value of `expr` on the session's connection, in a form no
     /// `character_set_results` can garble (hex of its utf8mb4 bytes).
     async fn ask_server(&mut self, expr: &str) -> Result<Asked, SessionEnd> {
@@ -186,7 +212,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     ER_UNKNOWN_ERROR,
                     "HY000",
                     format!(
-                        "msgproxy could not read {expr} from the server's answer; write ACK ids as numbers or X'..' literals"
+                        "msgproxy could not read {expr} from the server's answer; name the table with its database (ACK db.t ...) or write ids as numbers or X'..' literals"
                     ),
                 )
                 .encode(true),
@@ -294,9 +320,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     warn!("reloading message tables after DDL failed: {e}");
                 }
             }
-            Keyword::Use if !self.relay.failed => {
-                self.current_db = parse_use(&sql[classification.keyword_offset..]);
-            }
             _ => {}
         }
         if !self.relay.in_transaction() && !self.pending_notify.is_empty() {
@@ -308,17 +331,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
         }
     }
-}
-
-/// The database named by `USE db` (backticks removed), if the statement is that simple.
-fn parse_use(statement: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(statement).ok()?;
-    let rest = text.get(3..)?.trim().trim_end_matches(';').trim();
-    if let Some(quoted) = rest.strip_prefix('`') {
-        let inner = quoted.strip_suffix('`')?;
-        return Some(inner.replace("``", "`"));
-    }
-    (!rest.is_empty() && !rest.contains(char::is_whitespace)).then(|| rest.to_string())
 }
 
 /// The bytes that upper- or lower-case hex digits in pairs stand for.
@@ -336,14 +348,7 @@ fn unhex(hex: &[u8]) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_use, unhex};
-
-    #[test]
-    fn use_statements() {
-        assert_eq!(parse_use(b"USE test").as_deref(), Some("test"));
-        assert_eq!(parse_use(b"use `my``db` ;").as_deref(), Some("my`db"));
-        assert_eq!(parse_use(b"USE").as_deref(), None);
-    }
+    use super::unhex;
 
     #[test]
     fn unhex_reads_what_hex_writes() {
