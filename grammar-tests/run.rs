@@ -433,6 +433,7 @@ fn render(statement: &VirtualStatement) -> String {
     match statement {
         VirtualStatement::Stream { table: t } => format!("stream {}", table(t)),
         VirtualStatement::Ack { table: t, ids } => {
+            let ids: Vec<&str> = ids.iter().map(|id| id.written()).collect();
             format!("ack {} ids={}", table(t), ids.join("|"))
         }
         VirtualStatement::SetWorkload => "set-workload".to_owned(),

@@ -91,6 +91,12 @@ impl Relay {
         self.status & StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0
     }
 
+    /// Whether the session has `NO_BACKSLASH_ESCAPES` in its `sql_mode`, as the server last reported
+    /// (it sets this flag in every OK/EOF while the mode is on).
+    pub fn no_backslash_escapes(&self) -> bool {
+        self.status & StatusFlags::SERVER_STATUS_NO_BACKSLASH_ESCAPES.bits() != 0
+    }
+
     /// Forwards one complete response from `backend` to `client`.
     pub async fn forward_response<C, B>(
         &mut self,

@@ -25,10 +25,15 @@
 //! - `errors` — what `STREAM`/`ACK` answer when they cannot work.
 //! - `stream_sessions` — what a stream does to its own session: transactions, locks, read-only
 //!   sessions, columns altered under it.
+//! - `current_db` — unqualified `ACK`/`STREAM` tables follow the session's real database.
+//! - `ack_literals` — quoted `ACK` ids under every `sql_mode` (`NO_BACKSLASH_ESCAPES`,
+//!   `ANSI_QUOTES`) and character set.
 
+mod ack_literals;
 mod acks;
 mod arrival;
 mod columns;
+mod current_db;
 mod errors;
 pub(crate) mod harness;
 mod hostile_names;

@@ -223,9 +223,7 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
             let status =
                 crate::protocol::wire::status_flags(&ok).unwrap_or(backend.greeting.status);
             debug!(%peer, user, id = backend.greeting.connection_id, "client logged in");
-            let database = response
-                .database
-                .map(|d| String::from_utf8_lossy(d).into_owned());
+            let database = response.database;
             Ok(Some(Session::new(
                 ctx,
                 client,

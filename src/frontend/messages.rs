@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::warn;
 
-use super::session::{Session, SessionEnd};
+use super::session::{CurrentDb, Session, SessionEnd};
 use crate::backend::QueryOutcome;
 use crate::messaging::engine::Lookup;
 use crate::messaging::manager::TableManager;
@@ -15,8 +15,8 @@ use crate::messaging::state;
 use crate::messaging::stream::{self, StreamEnd};
 use crate::messaging::table::quote_ident;
 use crate::protocol::packet::write_packet;
-use crate::protocol::wire::{ok_packet, ErrorPacket};
-use crate::sql::{Classification, Keyword, TableName, VirtualStatement};
+use crate::protocol::wire::{self, ok_packet, ErrorPacket};
+use crate::sql::{AckId, Classification, Keyword, Quoting, TableName, VirtualStatement};
 
 /// ER_WRONG_OBJECT: "'%s.%s' is not %s".
 const ER_WRONG_OBJECT: u16 = 1347;
@@ -25,11 +25,30 @@ const ER_NO_DB_ERROR: u16 = 1046;
 /// ER_CANT_DO_THIS_DURING_AN_TRANSACTION: "You are not allowed to execute this command in a
 /// transaction".
 const ER_CANT_DO_THIS_DURING_AN_TRANSACTION: u16 = 1179;
+/// ER_UNKNOWN_ERROR.
+const ER_UNKNOWN_ERROR: u16 = 1105;
+/// ER_UNKNOWN_CHARACTER_SET: "Unknown character set: '%s'".
+const ER_UNKNOWN_CHARACTER_SET: u16 = 1115;
+
+/// The answer to a question the proxy asked the server on the session's connection.
+enum Asked {
+    /// The one value (`None`: NULL).
+    Value(Option<String>),
+    /// An ERR payload for the client: the server's refusal (e.g. in an XA transaction's PREPARED
+    /// state), or the proxy's own when the answer could not be read.
+    Refused(bytes::BytesMut),
+}
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// Answers a statement the classifier marked virtual.
     pub(super) async fn serve_virtual(&mut self, sql: &[u8]) -> Result<(), SessionEnd> {
-        let statement = match crate::sql::parse_virtual(sql) {
+        // Strings are read as the session's server reads them (MESSAGING.md §6: ids are literals).
+        let quoting = if self.relay.no_backslash_escapes() {
+            Quoting::NO_BACKSLASH_ESCAPES
+        } else {
+            Quoting::DEFAULT
+        };
+        let statement = match crate::sql::parse_virtual_in(sql, quoting) {
             Ok(s) => s,
             Err(e) => {
                 return self
@@ -57,7 +76,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         &mut self,
         table: &TableName,
     ) -> Result<Option<Arc<TableManager>>, SessionEnd> {
-        let Some(schema) = table.schema.clone().or_else(|| self.current_db.clone()) else {
+        let schema = match &table.schema {
+            Some(schema) => Some(schema.clone()),
+            None => match self.current_database().await? {
+                Asked::Value(db) => db,
+                Asked::Refused(err) => {
+                    write_packet(self.client.get_mut(), 1, &err)
+                        .await
+                        .map_err(SessionEnd::Client)?;
+                    return Ok(None);
+                }
+            },
+        };
+        let Some(schema) = schema else {
             self.reply_error(ErrorPacket::new(
                 ER_NO_DB_ERROR,
                 "3D000",
@@ -158,18 +189,110 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
+    /// The session's current database: the one the proxy is sure of, or else the server's
+    /// answer to `SELECT DATABASE()` on the session's own connection (kept until something may
+    /// change it again).
+    async fn current_database(&mut self) -> Result<Asked, SessionEnd> {
+        if let CurrentDb::Known(db) = &self.current_db {
+            return Ok(Asked::Value(db.clone()));
+        }
+        let asked = self.ask_server("DATABASE()").await?;
+        if let Asked::Value(db) = &asked {
+            self.current_db = CurrentDb::Known(db.clone());
+        }
+        Ok(asked)
+    }
+
+    /// Asks the server for the text value of `expr` on the session's connection, in a form no
+    /// `character_set_results` can garble (hex of its utf8mb4 bytes).
+    async fn ask_server(&mut self, expr: &str) -> Result<Asked, SessionEnd> {
+        let sql = format!("SELECT HEX(CONVERT({expr} USING utf8mb4))");
+        let outcome = match self.backend.query(&sql, self.deprecate_eof()).await {
+            Ok(outcome) => outcome,
+            Err(e) => return Err(SessionEnd::Backend(std::io::Error::other(e.to_string()))),
+        };
+        let value = match outcome {
+            QueryOutcome::Err(err) => return Ok(Asked::Refused(err)),
+            QueryOutcome::ResultSet { rows, .. } => match rows.as_slice() {
+                [row] => match wire::text_row_values(row).as_deref() {
+                    Some([None]) => Some(None),
+                    Some([Some(hex)]) => unhex(hex)
+                        .and_then(|bytes| String::from_utf8(bytes).ok())
+                        .map(Some),
+                    _ => None,
+                },
+                _ => None,
+            },
+            QueryOutcome::Ok { .. } => None,
+        };
+        Ok(match value {
+            Some(value) => Asked::Value(value),
+            None => Asked::Refused(
+                ErrorPacket::new(
+                    ER_UNKNOWN_ERROR,
+                    "HY000",
+                    format!(
+                        "msgproxy could not read {expr} from the server's answer; name the table with its database (ACK db.t ...) or write ids as numbers or X'..' literals"
+                    ),
+                )
+                .encode(true),
+            ),
+        })
+    }
+
     /// `ACK t id, ...` becomes the same UPDATE as the Vitess SQL form, run on the client's own
     /// connection (so it takes part in the client's transaction) and answered by the server.
-    async fn ack(&mut self, table: &TableName, ids: &[String]) -> Result<(), SessionEnd> {
+    /// Numbers go into the `IN (...)` list as written; a quoted id as its value re-rendered by
+    /// [`MessageTable::quoted_id_literal`](crate::messaging::table::MessageTable::quoted_id_literal),
+    /// which no `sql_mode` reads differently — so an id can never become SQL.
+    async fn ack(&mut self, table: &TableName, ids: &[AckId]) -> Result<(), SessionEnd> {
         let Some(manager) = self.message_table(table).await? else {
             return Ok(());
         };
         let def = manager.definition();
+        // The bytes of a non-ASCII string are in the client's character set, which only the
+        // server knows for sure (SET NAMES): ask it, for such ids only.
+        let non_ascii = ids
+            .iter()
+            .any(|id| matches!(id, AckId::String { value, .. } if !value.is_ascii()));
+        let client_charset = if non_ascii {
+            match self.ask_server("@@character_set_client").await? {
+                Asked::Value(cs) => cs,
+                Asked::Refused(err) => {
+                    return write_packet(self.client.get_mut(), 1, &err)
+                        .await
+                        .map(|_| ())
+                        .map_err(SessionEnd::Client)
+                }
+            }
+        } else {
+            None
+        };
+        let mut literals = Vec::with_capacity(ids.len());
+        for id in ids {
+            let literal = match id {
+                AckId::Literal(written) => Some(written.clone()),
+                AckId::String { value, .. } => {
+                    def.quoted_id_literal(value, client_charset.as_deref())
+                }
+            };
+            let Some(literal) = literal else {
+                let cs = client_charset.as_deref().unwrap_or_default();
+                return self
+                    .reply_error(ErrorPacket::new(
+                        ER_UNKNOWN_CHARACTER_SET,
+                        "42000",
+                        format!("Unknown character set: '{cs}': msgproxy cannot name quoted ACK ids in it; write them as X'..' literals"),
+                    ))
+                    .await;
+            };
+            literals.push(literal);
+        }
         let sql = format!(
             "UPDATE {} SET `time_acked` = {}, `time_next` = NULL WHERE `id` IN ({}) AND {}",
             def.qualified(),
             state::now_ns(),
-            ids.join(", "),
+            literals.join(", "),
             state::UNACKED_SQL
         );
         self.send_statement(sql.as_bytes()).await?;
@@ -233,9 +356,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if let Err(e) = engine.reload().await {
                     warn!("reloading message tables after DDL failed: {e}");
                 }
-            }
-            Keyword::Use if !self.relay.failed => {
-                self.current_db = parse_use(&sql[classification.keyword_offset..]);
             }
             // The server has accepted the KILL (the user may kill that connection's statement):
             // a stream on that connection through this proxy ends as the statement would.
@@ -339,25 +459,33 @@ fn has_more_statements(sql: &[u8]) -> bool {
         .is_some_and(|at| sql[at + 1..].iter().any(|b| !b.is_ascii_whitespace()))
 }
 
-/// The database named by `USE db` (backticks removed), if the statement is that simple.
-fn parse_use(statement: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(statement).ok()?;
-    let rest = text.get(3..)?.trim().trim_end_matches(';').trim();
-    if let Some(quoted) = rest.strip_prefix('`') {
-        let inner = quoted.strip_suffix('`')?;
-        return Some(inner.replace("``", "`"));
+/// The bytes that upper- or lower-case hex digits in pairs stand for.
+fn unhex(hex: &[u8]) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) || !hex.iter().all(u8::is_ascii_hexdigit) {
+        return None;
     }
-    (!rest.is_empty() && !rest.contains(char::is_whitespace)).then(|| rest.to_string())
+    hex.chunks_exact(2)
+        .map(|pair| {
+            let digits = std::str::from_utf8(pair).ok()?;
+            u8::from_str_radix(digits, 16).ok()
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_use;
+    use super::unhex;
 
     #[test]
-    fn use_statements() {
-        assert_eq!(parse_use(b"USE test").as_deref(), Some("test"));
-        assert_eq!(parse_use(b"use `my``db` ;").as_deref(), Some("my`db"));
-        assert_eq!(parse_use(b"USE").as_deref(), None);
+    fn unhex_reads_what_hex_writes() {
+        assert_eq!(unhex(b"74657374").as_deref(), Some(&b"test"[..]));
+        assert_eq!(
+            unhex(b"C3A9c3a9").as_deref(),
+            Some(&[0xC3, 0xA9, 0xC3, 0xA9][..])
+        );
+        assert_eq!(unhex(b"").as_deref(), Some(&b""[..]));
+        for bad in [&b"7"[..], b"7G", b"+1", b"\xff\xfe", b"0 "] {
+            assert_eq!(unhex(bad), None, "{bad:?}");
+        }
     }
 }

@@ -48,9 +48,18 @@ pub struct Session<S> {
     pub(super) backend: Backend,
     pub(super) relay: Relay,
     capabilities: CapabilityFlags,
-    /// The session's default database, as far as the proxy has seen it set (login, COM_INIT_DB,
-    /// `USE`); used to resolve unqualified message table names.
-    pub(super) current_db: Option<String>,
+    /// The session's current database, used to resolve unqualified message table names: known
+    /// only while certain (see `sql::current_db`), else asked of the server when needed.
+    pub(super) current_db: CurrentDb,
+    /// Whether the server runs several statements in one COM_QUERY for this session
+    /// (CLIENT_MULTI_STATEMENTS, switched by COM_SET_OPTION): only then can a later statement of a
+    /// query change the current database.
+    multi_statements: bool,
+    /// Whether the session has prepared a statement that may change the current database (a
+    /// prepared `USE`, `DROP DATABASE`, ...): from then on every COM_STMT_EXECUTE forgets it.
+    /// Cleared when the server frees the session's statements (COM_CHANGE_USER,
+    /// COM_RESET_CONNECTION).
+    risky_prepared: bool,
     /// Message tables this session may have written in its open transaction; their managers are
     /// told when it commits.
     pub(super) pending_notify: Vec<Arc<crate::messaging::manager::TableManager>>,
@@ -62,6 +71,30 @@ pub struct Session<S> {
     nonce: [u8; 20],
     user: String,
     peer: SocketAddr,
+}
+
+/// What the proxy knows of the session's current database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum CurrentDb {
+    /// Certainly this one (`None`: no database selected).
+    Known(Option<String>),
+    /// Something the session did may have changed it: ask the server before relying on it.
+    Unknown,
+}
+
+impl CurrentDb {
+    /// From a database name as the client sent it (login, COM_INIT_DB, COM_CHANGE_USER, `USE`):
+    /// empty is none. A name that is not ASCII is left for the server to tell: the client wrote it
+    /// in its own character set, which the proxy does not follow, and the server converts it.
+    pub(super) fn named(name: &[u8]) -> CurrentDb {
+        if name.is_empty() {
+            CurrentDb::Known(None)
+        } else if name.is_ascii() {
+            CurrentDb::Known(Some(String::from_utf8_lossy(name).into_owned()))
+        } else {
+            CurrentDb::Unknown
+        }
+    }
 }
 
 /// Why a session ended. Most endings are ordinary (the client quit or hung up).
@@ -103,7 +136,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         nonce: [u8; 20],
         user: String,
         peer: SocketAddr,
-        database: Option<String>,
+        database: Option<&[u8]>,
     ) -> Self {
         Session {
             ctx,
@@ -111,7 +144,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             backend,
             relay: Relay::new(capabilities, status),
             capabilities,
-            current_db: database,
+            current_db: CurrentDb::named(database.unwrap_or_default()),
+            multi_statements: capabilities.contains(CapabilityFlags::CLIENT_MULTI_STATEMENTS),
+            risky_prepared: false,
             pending_notify: Vec::new(),
             prepared_writes: Default::default(),
             nonce,
@@ -254,6 +289,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         // client makes after the OK includes it.
                         self.send_to_backend(&raw).await?;
                         let end = self.forward_results_holding_end().await?;
+                        self.track_current_db(&payload[1..], classification);
                         self.after_relayed_statement(&payload[1..], classification)
                             .await;
                         return self.write_held_end(&end).await;
@@ -262,6 +298,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         self.relay_command(&raw, ResponseKind::Results).await?;
                     }
                 }
+                self.track_current_db(&payload[1..], classification);
                 self.after_relayed_statement(&payload[1..], classification)
                     .await;
                 return Ok(());
@@ -269,7 +306,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             COM_INIT_DB => {
                 self.relay_command(&raw, ResponseKind::Single).await?;
                 if !self.relay.failed {
-                    self.current_db = Some(String::from_utf8_lossy(&payload[1..]).into_owned());
+                    self.current_db = CurrentDb::named(&payload[1..]);
+                }
+                return Ok(());
+            }
+            COM_RESET_CONNECTION => {
+                // The server keeps the database here, but the proxy need not rely on that: the
+                // next unqualified ACK/STREAM asks. Prepared statements are gone.
+                self.relay_command(&raw, ResponseKind::Single).await?;
+                self.current_db = CurrentDb::Unknown;
+                self.risky_prepared = false;
+                self.prepared_writes = Default::default();
+                return Ok(());
+            }
+            COM_SET_OPTION => {
+                self.relay_command(&raw, ResponseKind::Single).await?;
+                // MYSQL_OPTION_MULTI_STATEMENTS_ON is 0, _OFF is 1.
+                match payload.get(1..3) {
+                    Some([0, 0]) if !self.relay.failed => self.multi_statements = true,
+                    Some([1, 0]) if !self.relay.failed => self.multi_statements = false,
+                    _ => {}
                 }
                 return Ok(());
             }
@@ -297,17 +353,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     .await;
             }
             COM_STMT_EXECUTE | COM_STMT_BULK_EXECUTE => {
+                if self.risky_prepared {
+                    self.current_db = CurrentDb::Unknown;
+                }
                 self.relay_command(&raw, ResponseKind::Results).await?;
                 self.after_executed_prepared(statement_id(payload));
                 return Ok(());
             }
             COM_PROCESS_INFO => ResponseKind::Results,
-            COM_RESET_CONNECTION => {
-                self.relay_command(&raw, ResponseKind::Single).await?;
-                // The server deallocated the session's prepared statements.
-                self.prepared_writes = Default::default();
-                return Ok(());
-            }
             COM_STMT_PREPARE if sql::classify(&payload[1..]).action == Action::Virtual => {
                 // The proxy answers these itself, over the text protocol only; the server would
                 // say "syntax error", which is not the reason.
@@ -320,6 +373,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     .await;
             }
             COM_STMT_PREPARE => {
+                let classification = sql::classify(&payload[1..]);
+                if sql::current_db::may_change_database(classification.keyword, &payload[1..]) {
+                    self.risky_prepared = true;
+                }
                 self.relay_command(&raw, ResponseKind::Prepare).await?;
                 self.after_prepared(&payload[1..]);
                 return Ok(());
@@ -431,8 +488,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         // The last packet read is a full one: this streams the rest of the statement.
         self.relay_command(last, ResponseKind::Results).await?;
         let head = &packets[0][5..];
+        // Only its head was seen: a USE may follow in a part the proxy never held.
+        if self.multi_statements
+            || sql::current_db::may_change_database(classification.keyword, head)
+        {
+            self.current_db = CurrentDb::Unknown;
+        }
         self.after_relayed_statement(head, classification).await;
         Ok(())
+    }
+
+    /// After a relayed COM_QUERY: what it did to the current database. A plain `USE db` that
+    /// succeeded names it; anything that may have changed it otherwise (including a failed
+    /// multi-statement query, whose first statements ran) makes it unknown. Costs the hot path
+    /// nothing but a scan for `;` when the session has multi-statements on.
+    fn track_current_db(&mut self, sql: &[u8], classification: sql::Classification) {
+        use sql::current_db::{may_change_database, may_hold_several, use_target};
+        let several = self.multi_statements && may_hold_several(sql);
+        if classification.keyword == sql::Keyword::Use && !several {
+            match use_target(sql) {
+                Some(db) if !self.relay.failed => self.current_db = CurrentDb::named(db.as_bytes()),
+                // A single USE that failed changed nothing.
+                Some(_) => {}
+                None => self.current_db = CurrentDb::Unknown,
+            }
+        } else if several || may_change_database(classification.keyword, sql) {
+            self.current_db = CurrentDb::Unknown;
+        }
     }
 
     /// Whether the session agreed on CLIENT_DEPRECATE_EOF (shapes every result set).
@@ -614,8 +696,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     wire::status_flags(&ok).unwrap_or(self.relay.status),
                 );
                 self.user = user;
-                self.current_db = Some(String::from_utf8_lossy(request.database).into_owned())
-                    .filter(|d| !d.is_empty());
+                self.current_db = CurrentDb::named(request.database);
+                self.risky_prepared = false;
+                self.multi_statements = self
+                    .capabilities
+                    .contains(CapabilityFlags::CLIENT_MULTI_STATEMENTS);
                 self.pending_notify.clear();
                 // The server deallocated the session's prepared statements.
                 self.prepared_writes = Default::default();

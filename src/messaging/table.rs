@@ -380,15 +380,43 @@ impl MessageTable {
                     Some(format!("FROM_UNIXTIME({})", String::from_utf8_lossy(key)))
                 }
             }
-            IdKind::Text { charset } => {
-                let charset_ok = !charset.is_empty()
-                    && charset
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'_');
-                (charset_ok && is_hex(key))
-                    .then(|| format!("_{charset} X'{}'", String::from_utf8_lossy(key)))
-            }
+            IdKind::Text { charset } => (is_charset_name(charset) && is_hex(key))
+                .then(|| format!("_{charset} X'{}'", String::from_utf8_lossy(key))),
         }
+    }
+
+    /// The SQL literal for a quoted id of `ACK` whose value (quotes and escapes undone) is `value`, written
+    /// by a client whose `character_set_client` is `client_charset` — `None` when the caller did not ask,
+    /// which it need not when `value` is ASCII: ASCII reads the same in every character set a client may
+    /// use. `None` if `client_charset` is not a plain name.
+    ///
+    /// The literal means what the client's string meant, and no `sql_mode` reads it differently (it holds
+    /// no quote and no backslash): it is [`id_literal`](Self::id_literal) of the value where that names
+    /// the same thing — a plain number for a numeric id, `X'..'` for a binary one, `_charset X'..'` for
+    /// text whose bytes are already in the column's character set (the client's, or ASCII in an
+    /// ASCII-compatible one) — and otherwise the string itself, `_client_charset X'..'`, which the server
+    /// converts and compares as it would have the client's literal (a `timestamp` id written as
+    /// `'2024-01-01 00:00:00'` is read in the session's time zone, a number with spaces as a number).
+    pub fn quoted_id_literal(&self, value: &[u8], client_charset: Option<&str>) -> Option<String> {
+        let hex = hex_upper(value);
+        let client = client_charset.unwrap_or("utf8mb4");
+        let same_bytes = match &self.id_kind {
+            IdKind::Numeric => is_plain_number(value),
+            IdKind::Binary => true,
+            IdKind::Timestamp => false,
+            IdKind::Text { charset } => {
+                charset.eq_ignore_ascii_case(client)
+                    || (value.is_ascii() && is_ascii_compatible(charset))
+            }
+        };
+        if same_bytes {
+            let key = match self.id_kind {
+                IdKind::Numeric => value,
+                _ => hex.as_bytes(),
+            };
+            return self.id_literal(key);
+        }
+        is_charset_name(client).then(|| format!("_{client} X'{hex}'"))
     }
 
     /// The condition that selects exactly the rows with these keys: `` `id` IN (literals) `` —
@@ -465,6 +493,32 @@ fn is_plain_number(key: &[u8]) -> bool {
         }
     }
     seen_digit
+}
+
+/// A character set name that may follow `_` as an introducer: letters, digits and `_` only.
+fn is_charset_name(charset: &str) -> bool {
+    !charset.is_empty()
+        && charset
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Whether ASCII text is the same bytes in `charset`: all of MariaDB's character sets but the
+/// fixed-width Unicode encodings (which clients cannot use either).
+fn is_ascii_compatible(charset: &str) -> bool {
+    !["ucs2", "utf16", "utf16le", "utf32"]
+        .iter()
+        .any(|wide| charset.eq_ignore_ascii_case(wide))
+}
+
+/// `bytes` as upper-case hex digits, as `HEX()` writes them.
+fn hex_upper(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(hex, "{b:02X}");
+    }
+    hex
 }
 
 /// Hex digits in pairs (what `HEX()` yields); empty is the empty string.

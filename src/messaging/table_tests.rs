@@ -476,3 +476,69 @@ fn quoting() {
     let e = err(&[], opts());
     assert_eq!(e, "message table `test`.`m`: missing required column id");
 }
+
+#[test]
+fn quoted_ack_ids_become_literals_no_sql_mode_reads_differently() {
+    let t = table_with_id(col("id", "bigint"));
+    let lit = |t: &MessageTable, v: &[u8], cs: Option<&str>| t.quoted_id_literal(v, cs);
+    // A plain number is a number (exact even past 2^53, which a string compared as a double is not).
+    assert_eq!(lit(&t, b"42", None).as_deref(), Some("42"));
+    assert_eq!(
+        lit(&t, b"9007199254740993", None).as_deref(),
+        Some("9007199254740993")
+    );
+    // Anything else is the string itself, converted by the server as the client's would have been.
+    assert_eq!(lit(&t, b" 42", None).as_deref(), Some("_utf8mb4 X'203432'"));
+    assert_eq!(
+        lit(&t, b"1) OR 1=1 -- ", None).as_deref(),
+        Some("_utf8mb4 X'3129204F5220313D31202D2D20'")
+    );
+
+    // QA's injection, once NO_BACKSLASH_ESCAPES has ended the string at its second quote, and an id
+    // ending in a backslash: hex, whatever they hold.
+    let t = table_with_id(col("id", "varchar"));
+    assert_eq!(
+        lit(&t, br"zz\", None).as_deref(),
+        Some("_utf8mb4 X'7A7A5C'")
+    );
+    assert_eq!(
+        lit(&t, b"a'b\"c", None).as_deref(),
+        Some("_utf8mb4 X'6127622263'")
+    );
+    assert_eq!(lit(&t, b"", None).as_deref(), Some("_utf8mb4 X''"));
+
+    // Text: the column's introducer when the bytes are already in its character set...
+    let latin1 = table_with_id(with_charset(col("id", "varchar"), "latin1"));
+    assert_eq!(
+        lit(&latin1, b"abc", None).as_deref(),
+        Some("_latin1 X'616263'")
+    );
+    assert_eq!(
+        lit(&latin1, b"\xe9", Some("latin1")).as_deref(),
+        Some("_latin1 X'E9'")
+    );
+    // ...and otherwise the client's, which the server converts to the column's.
+    assert_eq!(
+        lit(&latin1, "é".as_bytes(), Some("utf8mb4")).as_deref(),
+        Some("_utf8mb4 X'C3A9'")
+    );
+    let utf16 = table_with_id(with_charset(col("id", "varchar"), "utf16"));
+    assert_eq!(lit(&utf16, b"a", None).as_deref(), Some("_utf8mb4 X'61'"));
+    assert_eq!(
+        lit(&utf16, b"a", Some("latin1")).as_deref(),
+        Some("_latin1 X'61'")
+    );
+
+    // Binary ids compare bytes; timestamps are read as the client's string would have been.
+    let bin = table_with_id(col("id", "varbinary"));
+    assert_eq!(lit(&bin, b"\x00\xff", None).as_deref(), Some("X'00FF'"));
+    let ts = table_with_id(col("id", "timestamp"));
+    assert_eq!(
+        lit(&ts, b"2024-01-02 03:04:05", None).as_deref(),
+        Some("_utf8mb4 X'323032342D30312D30322030333A30343A3035'")
+    );
+
+    // A character set name that could inject SQL is refused.
+    assert_eq!(lit(&t, b"\xe9", Some("utf8mb4 X'00' OR 1=1 -- ")), None);
+    assert_eq!(lit(&ts, b"x", Some("")), None);
+}

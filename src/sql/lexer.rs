@@ -12,14 +12,35 @@
 //!   `--` starts a comment only before whitespace, a control character or the end;
 //! - `/*!`, `/*!NNNNN`, `/*M!` and `/*M!NNNNNN` open an executable comment whose content is code (the version
 //!   is not compared with the backend's, as in the classifier); its `*/` is skipped;
-//! - strings are `'...'` or `"..."` with doubled quotes and backslash escapes (`NO_BACKSLASH_ESCAPES` and
-//!   `ANSI_QUOTES` are not modelled); identifiers are runs of letters, digits, `_`, `$` and any byte
-//!   `>= 0x80`, or backtick-quoted with doubled backticks;
+//! - strings are `'...'` or `"..."` with doubled quotes and, unless the session has `NO_BACKSLASH_ESCAPES`
+//!   ([`Quoting`]), backslash escapes (`ANSI_QUOTES` is not modelled: `"..."` is always a string);
+//!   identifiers are runs of letters, digits, `_`, `$` and any byte `>= 0x80`, or backtick-quoted with
+//!   doubled backticks;
 //! - a word directly followed by `.` and an identifier byte is a qualifier, and the word after that dot is
 //!   an identifier even when it is a keyword or all digits (`mydb.select`, `mydb.123`);
 //! - the line of a token is 1 plus the newlines in the whitespace and comments before it: newlines inside
 //!   quoted strings and identifiers are not counted, and neither are the ones in leading whitespace, which
 //!   the server strips before it lexes (see [`trim_statement`]).
+
+/// How string literals are quoted in the session: the one part of `sql_mode` that changes where a string
+/// ends and what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quoting {
+    /// `\` escapes the next byte inside `'...'` and `"..."` (the default); off under `NO_BACKSLASH_ESCAPES`,
+    /// where a backslash is an ordinary character.
+    pub backslash_escapes: bool,
+}
+
+impl Quoting {
+    /// The default `sql_mode`'s quoting.
+    pub const DEFAULT: Quoting = Quoting {
+        backslash_escapes: true,
+    };
+    /// `sql_mode` with `NO_BACKSLASH_ESCAPES`.
+    pub const NO_BACKSLASH_ESCAPES: Quoting = Quoting {
+        backslash_escapes: false,
+    };
+}
 
 /// The kinds of token the parsers tell apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,11 +119,18 @@ pub(super) struct Lexer<'a> {
     qualifier: bool,
     /// The last token was that `.`: the next word is an identifier whatever it spells.
     after_dot: bool,
+    quoting: Quoting,
 }
 
 impl<'a> Lexer<'a> {
-    /// A lexer over `sql`, which should already be [`trim_statement`]ed for MariaDB's line numbers.
+    /// A lexer over `sql`, which should already be [`trim_statement`]ed for MariaDB's line numbers, in the
+    /// default `sql_mode`.
     pub fn new(sql: &'a [u8]) -> Self {
+        Lexer::with_quoting(sql, Quoting::DEFAULT)
+    }
+
+    /// A lexer that reads string literals as a session with `quoting` does.
+    pub fn with_quoting(sql: &'a [u8], quoting: Quoting) -> Self {
         Lexer {
             sql,
             pos: 0,
@@ -110,6 +138,7 @@ impl<'a> Lexer<'a> {
             in_executable: false,
             qualifier: false,
             after_dot: false,
+            quoting,
         }
     }
 
@@ -139,6 +168,7 @@ impl<'a> Lexer<'a> {
             return token(kind, start);
         };
         let second = rest.get(1).copied();
+        let escapes = self.quoting.backslash_escapes;
         let (kind, end) = match (first, second) {
             (b, _) if after_dot && is_identifier_byte(b) => {
                 let end = self.identifier_end(start);
@@ -154,8 +184,8 @@ impl<'a> Lexer<'a> {
                 };
             }
             (b'`', _) => self.quoted(TokenKind::QuotedIdent, start, b'`', false),
-            (b'\'' | b'"', _) => self.quoted(TokenKind::String, start, first, true),
-            (b'n' | b'N', Some(b'\'')) => self.quoted(TokenKind::String, start + 1, b'\'', true),
+            (b'\'' | b'"', _) => self.quoted(TokenKind::String, start, first, escapes),
+            (b'n' | b'N', Some(b'\'')) => self.quoted(TokenKind::String, start + 1, b'\'', escapes),
             (b'x' | b'X', Some(b'\'')) => self.quoted_digits(start, TokenKind::Hex),
             (b'b' | b'B', Some(b'\'')) => self.quoted_digits(start, TokenKind::Bit),
             (b'0'..=b'9', _) => self.number(start),
@@ -359,6 +389,45 @@ impl<'a> Lexer<'a> {
         };
         Some(self.digits_end(at + sign))
     }
+}
+
+/// The value of a [`TokenKind::String`] token (`'...'`, `"..."` or `N'...'`, quotes included) as the server
+/// reads it with `quoting`: a doubled quote is one, and with backslash escapes `\0 \b \n \r \t \Z` are
+/// NUL, backspace, LF, CR, tab and 0x1A, `\%` and `\_` stay as written (for `LIKE`), and a backslash
+/// before any other byte stands for that byte (`sql_lex.cc`, `get_text`).
+pub(super) fn string_value(token: &[u8], quoting: Quoting) -> Vec<u8> {
+    let token = match token {
+        [b'n' | b'N', rest @ ..] => rest,
+        _ => token,
+    };
+    let (quote, body) = match token {
+        [quote, body @ .., last] if last == quote => (*quote, body),
+        _ => return Vec::new(),
+    };
+    let mut value = Vec::with_capacity(body.len());
+    let mut bytes = body.iter().copied();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'\\' if quoting.backslash_escapes => match bytes.next() {
+                Some(b'0') => value.push(0),
+                Some(b'b') => value.push(8),
+                Some(b'n') => value.push(b'\n'),
+                Some(b'r') => value.push(b'\r'),
+                Some(b't') => value.push(b'\t'),
+                Some(b'Z') => value.push(0x1a),
+                Some(kept @ (b'%' | b'_')) => value.extend_from_slice(&[b'\\', kept]),
+                Some(other) => value.push(other),
+                None => value.push(b'\\'),
+            },
+            // The lexer only ends a string at a quote that is not doubled, so one inside is doubled.
+            b if b == quote => {
+                bytes.next();
+                value.push(quote);
+            }
+            b => value.push(b),
+        }
+    }
+    value
 }
 
 #[cfg(test)]
@@ -566,6 +635,66 @@ mod tests {
             kinds("a */"),
             [(Word, "a"), (Punct(b'*'), "*"), (Punct(b'/'), "/")]
         );
+    }
+
+    #[test]
+    fn no_backslash_escapes() {
+        let lex_nbe = |sql: &'static str| {
+            let mut lexer = Lexer::with_quoting(sql.as_bytes(), Quoting::NO_BACKSLASH_ESCAPES);
+            std::iter::from_fn(|| {
+                let t = lexer.next_token();
+                (t.kind != Eof).then(|| (t.kind, &sql[t.start..t.end]))
+            })
+            .take(10)
+            .collect::<Vec<_>>()
+        };
+        // A backslash is an ordinary character: the quote after it ends the string.
+        assert_eq!(
+            lex_nbe(r"'zz\') OR 1=1 -- '"),
+            [
+                (String, r"'zz\'"),
+                (Punct(b')'), ")"),
+                (Word, "OR"),
+                (Number, "1"),
+                (Punct(b'='), "="),
+                (Number, "1"),
+            ]
+        );
+        assert_eq!(lex_nbe(r"'c\' x"), [(String, r"'c\'"), (Word, "x")]);
+        assert_eq!(
+            lex_nbe(r#""a\" "b""c""#),
+            [(String, r#""a\""#), (String, r#""b""c""#)]
+        );
+        // The default reads the first of them as one unterminated string.
+        assert_eq!(
+            kinds(r"'zz\') OR 1=1 -- '"),
+            [(String, r"'zz\') OR 1=1 -- '")]
+        );
+    }
+
+    #[test]
+    fn string_values() {
+        let value = |s: &str, quoting| {
+            std::string::String::from_utf8(string_value(s.as_bytes(), quoting)).unwrap()
+        };
+        let d = Quoting::DEFAULT;
+        let n = Quoting::NO_BACKSLASH_ESCAPES;
+        assert_eq!(value("'a''b'", d), "a'b");
+        assert_eq!(value("'a''b'", n), "a'b");
+        assert_eq!(value(r"'c\'d'", d), "c'd");
+        assert_eq!(value(r"'c\'", n), r"c\");
+        assert_eq!(value(r"'zz\'", n), r"zz\");
+        assert_eq!(
+            value(r"'\0\b\n\r\t\Z\\\x\%\_'", d),
+            "\0\x08\n\r\t\x1a\\x\\%\\_"
+        );
+        assert_eq!(value(r"'\0\n'", n), r"\0\n");
+        assert_eq!(value(r#""x""y""#, d), "x\"y");
+        assert_eq!(value(r#""x\"y""#, d), "x\"y");
+        assert_eq!(value(r#""it's""#, d), "it's");
+        assert_eq!(value("N'é'", d), "é");
+        assert_eq!(value("n''", d), "");
+        assert_eq!(value("''", n), "");
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! exercised from the data files in `grammar-tests/`.
 //!
 //! - `classify.rs` — the first keyword, found by a byte scan that skips leading comments;
+//! - `current_db.rs` — what a relayed statement may do to the session's current database (`USE`, multi-
+//!   statements, `DROP DATABASE`, ...), so unqualified `ACK`/`STREAM` tables never resolve in a stale one;
 //! - `lexer.rs` — a MariaDB-compatible lexer for the statements parsed here (positions, lines, quoting);
 //! - `reserved.rs` — the words MariaDB refuses as an unquoted table name;
 //! - `statements.rs` — [`VirtualStatement`], [`parse_virtual`] and its MariaDB-worded [`SyntaxError`].
@@ -19,6 +21,7 @@
 //!   what is relayed untouched, and odd names and ids surviving `STREAM`/`ACK`.
 
 mod classify;
+pub mod current_db;
 mod kill;
 mod lexer;
 mod reserved;
@@ -30,8 +33,11 @@ mod property_tests;
 
 pub use classify::classify;
 pub use kill::kill_query_target;
+pub use lexer::Quoting;
 pub use rewrite::rewrite;
-pub use statements::{parse_virtual, SyntaxError, TableName, VirtualStatement};
+pub use statements::{
+    parse_virtual, parse_virtual_in, AckId, SyntaxError, TableName, VirtualStatement,
+};
 
 /// What the proxy does with one statement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

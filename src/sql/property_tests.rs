@@ -5,7 +5,10 @@
 //! about whole statements: everything that is not `STREAM`/`ACK`/`SET workload` is relayed
 //! untouched, and odd-but-legal table names and ids survive `STREAM`/`ACK` parsing exactly.
 
-use super::{classify, parse_virtual, rewrite, Action, TableName, VirtualStatement};
+use super::{
+    classify, parse_virtual, parse_virtual_in, rewrite, AckId, Action, Quoting, TableName,
+    VirtualStatement,
+};
 
 struct XorShift(u64);
 
@@ -142,6 +145,11 @@ fn string_literal(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "''"))
 }
 
+/// A string literal as a session with `NO_BACKSLASH_ESCAPES` reads it.
+fn string_literal_nbe(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
 #[test]
 fn odd_names_and_string_ids_survive_stream_and_ack() {
     let mut rng = XorShift(0x5EED_0F0D_D4A3_E5E5);
@@ -180,15 +188,33 @@ fn odd_names_and_string_ids_survive_stream_and_ack() {
             "{stream:?}"
         );
 
-        let ids: Vec<String> = (0..1 + rng.next() % 4)
-            .map(|_| string_literal(&random_text(&mut rng, 6)))
+        let values: Vec<String> = (0..1 + rng.next() % 4)
+            .map(|_| random_text(&mut rng, 6))
             .collect();
-        let ack = format!("ACK {quoted} {}", ids.join(", "));
-        assert_eq!(classify(ack.as_bytes()).action, Action::Virtual, "{ack:?}");
-        assert_eq!(
-            parse_virtual(ack.as_bytes()),
-            Ok(VirtualStatement::Ack { table, ids }),
-            "{ack:?}"
-        );
+        // Each id's value comes back exactly, in the default sql_mode and under
+        // NO_BACKSLASH_ESCAPES (where a backslash is written as itself).
+        for (quoting, quote) in [
+            (Quoting::DEFAULT, string_literal as fn(&str) -> String),
+            (Quoting::NO_BACKSLASH_ESCAPES, string_literal_nbe),
+        ] {
+            let ids: Vec<AckId> = values
+                .iter()
+                .map(|v| AckId::String {
+                    written: quote(v),
+                    value: v.as_bytes().to_vec(),
+                })
+                .collect();
+            let written: Vec<&str> = ids.iter().map(AckId::written).collect();
+            let ack = format!("ACK {quoted} {}", written.join(", "));
+            assert_eq!(classify(ack.as_bytes()).action, Action::Virtual, "{ack:?}");
+            assert_eq!(
+                parse_virtual_in(ack.as_bytes(), quoting),
+                Ok(VirtualStatement::Ack {
+                    table: table.clone(),
+                    ids
+                }),
+                "{ack:?} {quoting:?}"
+            );
+        }
     }
 }

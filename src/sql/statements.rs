@@ -21,11 +21,18 @@
 //! where it matters: a name or id holding invalid UTF-8 is an error at its first invalid byte (comments may
 //! hold any bytes).
 //!
+//! Quoted ids are read as the session reads strings: with backslash escapes, or without them when the
+//! session's `sql_mode` has `NO_BACKSLASH_ESCAPES` (the server says so in the status flags of every OK, and
+//! the session passes it in as [`Quoting`]). A double-quoted id is a string whatever `ANSI_QUOTES` says
+//! (nobody acks by column name). The parse yields each string's *value* ([`AckId::String`]), which the
+//! session re-renders in a form no `sql_mode` reads differently (`MessageTable::quoted_id_literal`), so
+//! what an id says can never become SQL.
+//!
 //! Deliberate limits, all of them errors rather than guesses: several statements in one query (`ACK t 1;
 //! ACK t 2`; the first `;` ends the statement); charset introducers (`_utf8mb4'x'`); ids that are
 //! expressions, `NULL`, `TRUE` or `FALSE`; an empty quoted name.
 
-use super::lexer::{trim_statement, Lexer, Token, TokenKind};
+use super::lexer::{string_value, trim_statement, Lexer, Quoting, Token, TokenKind};
 use super::reserved::is_reserved;
 
 /// A statement the proxy answers itself.
@@ -33,15 +40,37 @@ use super::reserved::is_reserved;
 pub enum VirtualStatement {
     /// `STREAM * FROM [schema.]table`
     Stream { table: TableName },
-    /// `ACK [schema.]table id[, id ...]` — ids are SQL literals exactly as written (e.g. `1`, `-5`, `'a''b'`,
-    /// `"x"`, `0x1F`, `X'1f'`, `1.5`), to be pasted into an `IN (...)` list. A sign written apart from its
-    /// number (`- 5`) is joined to it (`-5`). Strings are lexed with backslash escapes, as in the default
-    /// `sql_mode`: the connection that runs the `IN (...)` must not use `NO_BACKSLASH_ESCAPES`.
-    Ack { table: TableName, ids: Vec<String> },
+    /// `ACK [schema.]table id[, id ...]`.
+    Ack { table: TableName, ids: Vec<AckId> },
     /// `SET workload = ...` — accepted, changes nothing.
     SetWorkload,
     /// `SHOW MESSAGE TABLES` — the message tables and what they are doing, from the proxy.
     ShowMessageTables,
+}
+
+/// One id of `ACK`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AckId {
+    /// A number, hex or bit literal exactly as written (`1`, `-5`, `1.5`, `1e3`, `0x1F`, `X'1f'`, `b'01'`);
+    /// a sign written apart from its number (`- 5`) is joined to it (`-5`). The server reads these the same
+    /// way in every `sql_mode`, so they go into the `IN (...)` list as they are.
+    Literal(String),
+    /// A quoted string (`'a''b'`, `"x"`, `N'y'`).
+    String {
+        /// As written, quotes included (for tests and messages; never put into SQL).
+        written: String,
+        /// What the session's server reads it as: quotes and escapes undone, in the client's character set.
+        value: Vec<u8>,
+    },
+}
+
+impl AckId {
+    /// The id as the client wrote it.
+    pub fn written(&self) -> &str {
+        match self {
+            AckId::Literal(written) | AckId::String { written, .. } => written,
+        }
+    }
 }
 
 /// A table as named in a statement: unquoted (backticks removed, doubled backticks undone).
@@ -106,11 +135,18 @@ impl std::error::Error for SyntaxError {}
 ///
 /// Any other statement is a [`SyntaxError`] at its first word, since the proxy cannot answer it.
 pub fn parse_virtual(sql: &[u8]) -> Result<VirtualStatement, SyntaxError> {
+    parse_virtual_in(sql, Quoting::DEFAULT)
+}
+
+/// [`parse_virtual`] for a session whose strings are quoted as `quoting` says (its `sql_mode`).
+pub fn parse_virtual_in(sql: &[u8], quoting: Quoting) -> Result<VirtualStatement, SyntaxError> {
     let sql = trim_statement(sql);
-    Parser::new(sql).statement().map_err(|at| SyntaxError {
-        near: near_text(sql.get(at.offset..).unwrap_or_default()),
-        line: at.line,
-    })
+    Parser::with_quoting(sql, quoting)
+        .statement()
+        .map_err(|at| SyntaxError {
+            near: near_text(sql.get(at.offset..).unwrap_or_default()),
+            line: at.line,
+        })
 }
 
 /// Whether `sql` is a `SET` of `workload` and nothing else: the classifier's test for the one `SET` that is
@@ -155,6 +191,7 @@ impl From<Token> for ErrorAt {
 struct Parser<'a> {
     sql: &'a [u8],
     lexer: Lexer<'a>,
+    quoting: Quoting,
     peeked: Option<Token>,
 }
 
@@ -163,6 +200,16 @@ impl<'a> Parser<'a> {
         Parser {
             sql,
             lexer: Lexer::new(sql),
+            quoting: Quoting::DEFAULT,
+            peeked: None,
+        }
+    }
+
+    fn with_quoting(sql: &'a [u8], quoting: Quoting) -> Self {
+        Parser {
+            sql,
+            lexer: Lexer::with_quoting(sql, quoting),
+            quoting,
             peeked: None,
         }
     }
@@ -292,12 +339,19 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// One id of `ACK`, as written.
-    fn id(&mut self) -> Result<String, ErrorAt> {
+    /// One id of `ACK`.
+    fn id(&mut self) -> Result<AckId, ErrorAt> {
         let token = self.next();
         match token.kind {
-            TokenKind::Number | TokenKind::Hex | TokenKind::Bit | TokenKind::String => {
-                Ok(self.text(token)?.to_owned())
+            TokenKind::Number | TokenKind::Hex | TokenKind::Bit => {
+                Ok(AckId::Literal(self.text(token)?.to_owned()))
+            }
+            TokenKind::String => {
+                let written = self.text(token)?;
+                Ok(AckId::String {
+                    written: written.to_owned(),
+                    value: string_value(written.as_bytes(), self.quoting),
+                })
             }
             TokenKind::Punct(sign @ (b'-' | b'+')) => {
                 let number = self.next();
@@ -306,7 +360,7 @@ impl<'a> Parser<'a> {
                 }
                 let mut id = String::from(char::from(sign));
                 id.push_str(self.text(number)?);
-                Ok(id)
+                Ok(AckId::Literal(id))
             }
             _ => Err(token.into()),
         }
@@ -409,10 +463,39 @@ mod tests {
         }
     }
 
+    /// An id as written, read as the default `sql_mode` reads it.
+    fn id(written: &str) -> AckId {
+        if written.starts_with(['\'', '"', 'N', 'n']) {
+            AckId::String {
+                written: written.to_owned(),
+                value: string_value(written.as_bytes(), Quoting::DEFAULT),
+            }
+        } else {
+            AckId::Literal(written.to_owned())
+        }
+    }
+
     fn ack(schema: Option<&str>, name: &str, ids: &[&str]) -> VirtualStatement {
         VirtualStatement::Ack {
             table: table(schema, name),
-            ids: ids.iter().map(|&id| id.to_owned()).collect(),
+            ids: ids.iter().map(|&written| id(written)).collect(),
+        }
+    }
+
+    /// The ids of an `ACK` as a session with `quoting` reads them: (as written, value).
+    /// Each id as written, with its value when it is quoted.
+    type Ids = Vec<(String, Option<Vec<u8>>)>;
+
+    fn ack_ids(sql: &str, quoting: Quoting) -> Result<Ids, SyntaxError> {
+        match parse_virtual_in(sql.as_bytes(), quoting)? {
+            VirtualStatement::Ack { ids, .. } => Ok(ids
+                .into_iter()
+                .map(|id| match id {
+                    AckId::Literal(written) => (written, None),
+                    AckId::String { written, value } => (written, Some(value)),
+                })
+                .collect()),
+            other => panic!("not an ACK: {other:?}"),
         }
     }
 
@@ -501,6 +584,65 @@ mod tests {
         ok("ack t 'é😀'", ack(None, "t", &["'é😀'"]));
         ok("ack `ack` 1", ack(None, "ack", &["1"]));
         ok("ack stream 1", ack(None, "stream", &["1"]));
+    }
+
+    #[test]
+    fn quoted_ids_are_values() {
+        let d = Quoting::DEFAULT;
+        let s = |written: &str, value: &[u8]| (written.to_owned(), Some(value.to_vec()));
+        let l = |written: &str| (written.to_owned(), None);
+        assert_eq!(
+            ack_ids(
+                r#"ACK t 'a''b', 'c\'d', "x", "y""z", N'é', 'e\\', 1, -2, 0x1F, X'1f', b'1'"#,
+                d
+            ),
+            Ok(vec![
+                s("'a''b'", b"a'b"),
+                s(r"'c\'d'", b"c'd"),
+                s("\"x\"", b"x"),
+                s("\"y\"\"z\"", b"y\"z"),
+                s("N'é'", "é".as_bytes()),
+                s(r"'e\\'", b"e\\"),
+                l("1"),
+                l("-2"),
+                l("0x1F"),
+                l("X'1f'"),
+                l("b'1'"),
+            ])
+        );
+    }
+
+    #[test]
+    fn no_backslash_escapes() {
+        let nbe = Quoting::NO_BACKSLASH_ESCAPES;
+        let s = |written: &str, value: &[u8]| (written.to_owned(), Some(value.to_vec()));
+        // QA's injection: the string ends at the second quote; what follows is not an id.
+        assert_eq!(
+            ack_ids(r"ACK ms 'zz\') OR 1=1 -- '", nbe),
+            Err(SyntaxError {
+                near: ") OR 1=1 -- '".to_owned(),
+                line: 1
+            })
+        );
+        // An id ending in a backslash.
+        assert_eq!(ack_ids(r"ACK ms 'c\'", nbe), Ok(vec![s(r"'c\'", b"c\\")]));
+        assert_eq!(
+            ack_ids(r"ACK ms 'a\n', 'b''c', 'x\', 'y'", nbe),
+            Ok(vec![
+                s(r"'a\n'", b"a\\n"),
+                s("'b''c'", b"b'c"),
+                s(r"'x\'", b"x\\"),
+                s("'y'", b"y"),
+            ])
+        );
+        // Under the default mode the same text is one open string.
+        assert_eq!(
+            ack_ids(r"ACK ms 'c\'", Quoting::DEFAULT),
+            Err(SyntaxError {
+                near: r"'c\'".to_owned(),
+                line: 1
+            })
+        );
     }
 
     #[test]
