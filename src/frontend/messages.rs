@@ -14,14 +14,10 @@ use crate::messaging::manager::TableManager;
 use crate::messaging::state;
 use crate::messaging::stream::{self, StreamEnd};
 use crate::messaging::table::quote_ident;
+use crate::protocol::commands::{ER_NO_DB_ERROR, ER_WRONG_OBJECT};
 use crate::protocol::packet::write_packet;
 use crate::protocol::wire::{ok_packet, ErrorPacket};
 use crate::sql::{Classification, Keyword, TableName, VirtualStatement};
-
-/// ER_WRONG_OBJECT: "'%s.%s' is not %s".
-const ER_WRONG_OBJECT: u16 = 1347;
-/// ER_NO_DB_ERROR: "No database selected".
-const ER_NO_DB_ERROR: u16 = 1046;
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// Answers a statement the classifier marked virtual.
@@ -30,7 +26,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Ok(s) => s,
             Err(e) => {
                 return self
-                    .reply_error(ErrorPacket::new(1064, "42000", e.message()))
+                    .reply_error(ErrorPacket::new(
+                        crate::sql::SyntaxError::CODE,
+                        crate::sql::SyntaxError::SQLSTATE,
+                        e.message(),
+                    ))
                     .await
             }
         };

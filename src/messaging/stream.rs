@@ -22,6 +22,7 @@ use super::manager::Subscription;
 use super::state;
 use super::table::MessageTable;
 use crate::backend::{Backend, BackendError, QueryOutcome};
+use crate::protocol::commands::{ER_NO_SUCH_TABLE, ER_SERVER_SHUTDOWN};
 use crate::protocol::packet::{encode_packet, PacketReader};
 use crate::protocol::wire::{self, put_lenenc_int, ErrorPacket};
 
@@ -106,7 +107,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => {
-                let err = ErrorPacket::new(1053, "08S01", "msgproxy is shutting down; reconnect and STREAM again (unacked messages come back after their ack wait)");
+                let err = ErrorPacket::new(ER_SERVER_SHUTDOWN, "08S01", "msgproxy is shutting down; reconnect and STREAM again (unacked messages come back after their ack wait)");
                 let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
                 return StreamEnd::Closed;
             }
@@ -145,7 +146,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             batch = subscription.batches.recv() => {
                 keepalive.reset();
                 let Some(batch) = batch else {
-                    let err = ErrorPacket::new(1146, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
+                    let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
                     let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
                     return StreamEnd::Closed;
                 };
