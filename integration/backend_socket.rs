@@ -113,19 +113,19 @@ async fn a_missing_socket_is_named_in_the_error() {
     };
     match err {
         Failure::Server { code, message, .. } => {
-            assert_eq!(code, 2003, "{message}");
+            assert_eq!(code, 1429, "{message}");
             assert!(
                 message.contains(&missing.display().to_string()),
                 "the error should name the socket: {message}"
             );
         }
-        other => panic!("expected a 2003 error, got {other:?}"),
+        other => panic!("expected a 1429 error, got {other:?}"),
     }
     // The proxy itself stays up and answers the next client the same way.
     proxy.assert_alive();
     let again = Conn::new(opts(proxy.port(), "root", None, Some("test"))).await;
     assert!(
-        matches!(&again, Err(e) if Failure::of(e).code() == Some(2003)),
+        matches!(&again, Err(e) if Failure::of(e).code() == Some(1429)),
         "second attempt: {:?}",
         again.as_ref().err()
     );

@@ -1,7 +1,11 @@
 //! The real `mariadb` command-line client (libmariadb) through the proxy.
 
+use mysql_async::prelude::*;
+
+use crate::messaging::harness::Env;
 use crate::support::compare::{assert_same_text, fresh_database};
-use crate::support::{shared_setup, Cli};
+use crate::support::process::free_port;
+use crate::support::{eventually, shared_setup, Cli, Proxy, Target};
 
 /// Output lines of `SHOW DATABASES` that belong to other, concurrently running tests.
 fn without_test_databases(out: &str) -> String {
@@ -165,4 +169,85 @@ async fn cli_handshake_character_set_reaches_the_server() {
             &through.stdout,
         );
     }
+}
+
+/// libmariadb (the CLI, mysqlclient, PHP mysqli, ...) rejects an ERR packet whose code is one of
+/// the client library's own (2001-2061, 5001-5026: CR_SERVER_LOST 2013, CR_CONN_HOST_ERROR 2003,
+/// ...) and shows "Received malformed packet" instead of the proxy's message.
+fn assert_proxy_error_shown(out: &crate::support::cli::CliOutput, message: &str) {
+    assert!(!out.success(), "{out:?}");
+    assert!(
+        !out.stderr.to_lowercase().contains("malformed packet"),
+        "the client rejected the proxy's error packet: {out:?}"
+    );
+    assert!(
+        out.stderr.contains(message),
+        "the client should show the proxy's message {message:?}: {out:?}"
+    );
+}
+
+/// With its backend unreachable, the proxy refuses a client with an error the `mariadb` client
+/// shows as it is: with TLS requested (its default) it wraps an error received before TLS, but
+/// keeps the text; without TLS it shows the code too (and HY000: an error sent in place of the
+/// greeting carries no SQLSTATE).
+#[tokio::test]
+async fn cli_shows_the_backend_unreachable_error() {
+    let dead = free_port();
+    let proxy = Proxy::start(&format!("mysql://root@127.0.0.1:{dead}/test"), &[], None);
+    let out = Cli::new(proxy.port()).run(&["-e", "select 1"]);
+    assert_proxy_error_shown(&out, "msgproxy cannot reach its backend MySQL server");
+    let plain = Cli::new(proxy.port()).run(&["--skip-ssl", "-e", "select 1"]);
+    assert_proxy_error_shown(
+        &plain,
+        "ERROR 1429 (HY000): msgproxy cannot reach its backend MySQL server",
+    );
+    proxy.assert_alive();
+}
+
+/// A STREAM whose backend connection is killed ends with the proxy's own error, inside the
+/// result set the client is reading, and the `mariadb` client shows it as it is.
+#[tokio::test]
+async fn cli_shows_the_lost_backend_error_of_a_stream() {
+    let env = Env::new("it_cli_stream_lost").await;
+    env.ddl(
+        "CREATE TABLE m (id BIGINT, time_next BIGINT DEFAULT 0, epoch BIGINT, time_acked BIGINT, \
+         message VARCHAR(128), PRIMARY KEY (id), INDEX next_idx (time_next, epoch)) \
+         COMMENT 'vitess_message,vt_ack_wait=30,vt_purge_after=120,vt_batch_size=1,\
+         vt_cache_size=1000,vt_poller_interval=1'",
+    )
+    .await;
+    env.via_proxy("INSERT INTO m (id, message) VALUES (1, 'hello')")
+        .await;
+    let (port, db) = (env.proxy.port(), env.db.clone());
+    let cli = tokio::task::spawn_blocking(move || {
+        Cli::new(port).run(&[&db, "--quick", "-e", "STREAM * FROM m"])
+    });
+    // The row is claimed (epoch 1) once the stream is running and has sent it.
+    let mut admin = Target::direct(env.server, "test").conn().await;
+    let sql = format!("SELECT epoch FROM `{}`.m WHERE id = 1", env.db);
+    let sent = eventually(20, async || {
+        admin.query_first::<Option<i64>, _>(&sql).await.ok() == Some(Some(Some(1)))
+    })
+    .await;
+    assert!(sent, "the stream never sent the message:\n{}", env.log());
+    // Only the stream's own backend connection has the test's database selected.
+    let ids: Vec<u64> = admin
+        .exec(
+            "SELECT id FROM information_schema.PROCESSLIST WHERE db = ? AND id <> CONNECTION_ID()",
+            (env.db.as_str(),),
+        )
+        .await
+        .expect("processlist");
+    assert!(!ids.is_empty(), "no backend connection of {}", env.db);
+    for id in ids {
+        admin.query_drop(format!("KILL {id}")).await.expect("KILL");
+    }
+    let out = cli.await.expect("the CLI thread");
+    assert!(out.stdout.contains("hello"), "{out:?}");
+    assert_proxy_error_shown(
+        &out,
+        "ERROR 1158 (08S01) at line 1: Lost connection to the backend MySQL server",
+    );
+    let _ = admin.disconnect().await;
+    env.proxy.assert_alive();
 }

@@ -148,10 +148,11 @@ async fn backend_shutdown_and_killed_backend_connection_look_the_same_as_direct(
     let p = select_one(&mut through).await;
     assert!(d.is_err() && p.is_err(), "direct {d:?}, proxy {p:?}");
     // Directly the client finds a closed socket. The proxy either closes the client connection
-    // too, or (if the client's next command wins the race) answers it with CR_SERVER_LOST:
+    // too, or (if the client's next command wins the race) answers it with its own
+    // ER_NET_READ_ERROR (1158, 08S01):
     // both end the session with an error, which is the contract.
     assert!(
-        p == d || matches!(p, Err(Failure::Server { code: 2013, .. })),
+        p == d || matches!(p, Err(Failure::Server { code: 1158, .. })),
         "killed backend connection: proxy {p:?}, direct {d:?}"
     );
     let mut again = connect(proxy.port()).await.expect("new session after KILL");

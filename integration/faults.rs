@@ -520,7 +520,7 @@ fn failure_kind(f: &Failure) -> String {
     }
 }
 
-/// The same for an error text of mysql_async (`Server error: `ERROR HY000 (2013): ...'`).
+/// The same for an error text of mysql_async (`Server error: `ERROR 08S01 (1158): ...'`).
 fn error_text_kind(text: &str) -> String {
     if let Some(rest) = text.split("Server error: `ERROR ").nth(1) {
         if let Some(code) = rest
@@ -537,11 +537,11 @@ fn error_text_kind(text: &str) -> String {
     text.split(':').next().unwrap_or(text).to_string()
 }
 
-/// Error codes a client may get when the backend goes away: the proxy's own 2013 (lost the
-/// backend mid-command) and 2003 (cannot reach it at connect), the server's 1053 (shutdown in
+/// Error codes a client may get when the backend goes away: the proxy's own 1158 (lost the
+/// backend mid-command) and 1429 (cannot reach it at connect), the server's 1053 (shutdown in
 /// progress) and 1927 (connection killed), and 2006 (gone away); `io` is a closed connection,
 /// which is what a client connected directly sees when the server dies between commands.
-const BACKEND_LOSS: &[&str] = &["2013", "2003", "2006", "1053", "1927", "io"];
+const BACKEND_LOSS: &[&str] = &["1158", "1429", "2006", "1053", "1927", "io"];
 
 /// 2. The backend restarted (cleanly, then by SIGKILL) while clients stream, insert and ack
 ///    through the proxy: the proxy survives; clients get proper errors; new connections work as
@@ -742,7 +742,7 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
             refused.as_ref().map_or_else(failure_kind, |_| "OK".into()),
         ));
         assert!(
-            matches!(&refused, Err(Failure::Server { code: 2003, .. })),
+            matches!(&refused, Err(Failure::Server { code: 1429, .. })),
             "restart {n}: connecting while the backend is down: {refused:?}"
         );
         // Each stream is told when its backend connection dies, while the server is down — not

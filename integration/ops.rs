@@ -506,7 +506,7 @@ async fn passwords_never_reach_the_log() {
     }
 }
 
-/// With the backend down, every client gets 2003 and the metrics count each failed backend
+/// With the backend down, every client gets 1429 and the metrics count each failed backend
 /// connection exactly, as errors and as reconnects.
 #[tokio::test]
 async fn metrics_count_backend_connect_failures() {
@@ -558,7 +558,7 @@ async fn metrics_count_backend_connect_failures() {
     for _ in 0..3 {
         match Conn::new(opts(proxy.port(), "root", None, None)).await {
             Ok(_) => panic!("a client got in with the backend down"),
-            Err(e) => assert_eq!(Failure::of(&e).code(), Some(2003), "{e}"),
+            Err(e) => assert_eq!(Failure::of(&e).code(), Some(1429), "{e}"),
         }
     }
     let page = scrape(mport).await;

@@ -104,7 +104,7 @@ async fn run(config: Config) -> std::process::ExitCode {
             b.quit().await;
         }
         Err(e) => warn!(
-            "msgproxy listening on {local}, backend {} not reachable yet ({e}); clients get error 2003 until it is",
+            "msgproxy listening on {local}, backend {} not reachable yet ({e}); clients get error 1429 until it is",
             backend.redacted()
         ),
     }

@@ -40,9 +40,11 @@ pub async fn serve(ctx: Arc<Context>, tcp: TcpStream, peer: SocketAddr) {
             tracing::warn!(%peer, "refusing client: {e}");
             let err = match e {
                 crate::backend::BackendError::Refused(err) => err,
+                // Never a client-range code such as CR_CONN_HOST_ERROR (2003): libmariadb
+                // clients would show "malformed packet" instead of this message (commands.rs).
                 other => ErrorPacket::new(
-                    CR_CONN_HOST_ERROR,
-                    "HY000",
+                    ER_CONNECT_TO_FOREIGN_DATA_SOURCE,
+                    "08004",
                     format!("msgproxy cannot reach its backend MySQL server ({}): {other}; retry when it is back", ctx.config.backend.address()),
                 ),
             };
@@ -209,9 +211,9 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
                 .backend_error(crate::metrics::BackendErrorKind::Connect);
             tracing::warn!(%peer, "backend login failed: {e}");
             let err = ErrorPacket::new(
-                CR_CONN_HOST_ERROR,
-                "HY000",
-                format!("msgproxy could not log in to its backend: {e}"),
+                ER_CONNECT_TO_FOREIGN_DATA_SOURCE,
+                "08004",
+                format!("msgproxy could not log in to its backend: {e}; fix the backend or msgproxy's --backend, then reconnect"),
             );
             write_packet(client.get_mut(), seq, &err.encode(true)).await?;
             return Ok(None);

@@ -14,21 +14,13 @@ use crate::messaging::manager::TableManager;
 use crate::messaging::state;
 use crate::messaging::stream::{self, StreamEnd};
 use crate::messaging::table::quote_ident;
+use crate::protocol::commands::{
+    ER_CANT_DO_THIS_DURING_AN_TRANSACTION, ER_NO_DB_ERROR, ER_UNKNOWN_CHARACTER_SET,
+    ER_UNKNOWN_ERROR, ER_WRONG_OBJECT,
+};
 use crate::protocol::packet::write_packet;
 use crate::protocol::wire::{self, ok_packet, ErrorPacket};
 use crate::sql::{AckId, Classification, Keyword, Quoting, TableName, VirtualStatement};
-
-/// ER_WRONG_OBJECT: "'%s.%s' is not %s".
-const ER_WRONG_OBJECT: u16 = 1347;
-/// ER_NO_DB_ERROR: "No database selected".
-const ER_NO_DB_ERROR: u16 = 1046;
-/// ER_CANT_DO_THIS_DURING_AN_TRANSACTION: "You are not allowed to execute this command in a
-/// transaction".
-const ER_CANT_DO_THIS_DURING_AN_TRANSACTION: u16 = 1179;
-/// ER_UNKNOWN_ERROR.
-const ER_UNKNOWN_ERROR: u16 = 1105;
-/// ER_UNKNOWN_CHARACTER_SET: "Unknown character set: '%s'".
-const ER_UNKNOWN_CHARACTER_SET: u16 = 1115;
 
 /// The answer to a question the proxy asked the server on the session's connection.
 enum Asked {
@@ -52,7 +44,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             Ok(s) => s,
             Err(e) => {
                 return self
-                    .reply_error(ErrorPacket::new(1064, "42000", e.message()))
+                    .reply_error(ErrorPacket::new(
+                        crate::sql::SyntaxError::CODE,
+                        crate::sql::SyntaxError::SQLSTATE,
+                        e.message(),
+                    ))
                     .await
             }
         };

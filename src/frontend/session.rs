@@ -175,9 +175,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     .metrics
                     .backend_error(crate::metrics::BackendErrorKind::Lost);
                 warn!(%peer, user = %self.user, "session ended: {end}");
+                // 08S01 tells drivers and pools this connection is broken. Never a
+                // client-range code such as CR_SERVER_LOST (2013): libmariadb clients would show
+                // "malformed packet" instead of this message (commands.rs). When a STREAM's
+                // backend is lost, `relay.next_seq` continues its result set.
                 let err = ErrorPacket::new(
-                    CR_SERVER_LOST,
-                    "HY000",
+                    ER_NET_READ_ERROR,
+                    "08S01",
                     format!(
                         "Lost connection to the backend MySQL server ({}) during the query: {end}; msgproxy has closed this session, reconnect to continue",
                         self.ctx.config.backend.address()

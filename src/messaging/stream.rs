@@ -22,6 +22,9 @@ use super::manager::Subscription;
 use super::state;
 use super::table::MessageTable;
 use crate::backend::{Backend, BackendError, QueryOutcome};
+use crate::protocol::commands::{
+    ER_NO_SUCH_TABLE, ER_QUERY_INTERRUPTED, ER_SERVER_SHUTDOWN, ER_TABLE_DEF_CHANGED,
+};
 use crate::protocol::packet::{encode_packet, PacketReader};
 use crate::protocol::wire::{self, put_lenenc_int, ErrorPacket};
 use mysql_common::constants::StatusFlags;
@@ -126,7 +129,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => {
-                let err = ErrorPacket::new(1053, "08S01", "msgproxy is shutting down; reconnect and STREAM again (unacked messages come back after their ack wait)");
+                let err = ErrorPacket::new(ER_SERVER_SHUTDOWN, "08S01", "msgproxy is shutting down; reconnect and STREAM again (unacked messages come back after their ack wait)");
                 let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
                 return StreamEnd::Closed;
             }
@@ -174,7 +177,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             batch = subscription.batches.recv() => {
                 keepalive.reset();
                 let Some(batch) = batch else {
-                    let err = ErrorPacket::new(1146, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
+                    let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
                     let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
                     return StreamEnd::Closed;
                 };
@@ -431,12 +434,6 @@ async fn claim(
     expect_ok(backend, deprecate_eof, committed).await?;
     Ok((claimed, left_out))
 }
-
-/// ER_QUERY_INTERRUPTED: "Query execution was interrupted".
-const ER_QUERY_INTERRUPTED: u16 = 1317;
-
-/// ER_TABLE_DEF_CHANGED: "Table definition has changed, please retry transaction".
-const ER_TABLE_DEF_CHANGED: u16 = 1412;
 
 /// The first of the stream's column definitions (`sent`, from the start of the stream) that the
 /// claim's `SELECT` (whose first columns are the same expressions) no longer returns alike.

@@ -205,7 +205,8 @@ impl Registry {
             "msgproxy_backend_errors_total",
             Kind::Counter,
             "Client sessions' backend connections that failed: kind=connect (could not be \
-             opened; the client got error 2003/2013) or kind=lost (broke mid-session).",
+             opened; the client got error 1429) or kind=lost (broke mid-session; the client \
+             got error 1158).",
         );
         let connect = p.backend_connect_errors.load(Relaxed);
         e.sample(
