@@ -323,7 +323,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 self.note_written(written);
             }
             // Several statements in one query (`SET @a = 1; INSERT ...`): any of them may write.
-            _ if polling && has_more_statements(sql) => {
+            _ if polling
+                && self.multi_statements
+                && crate::sql::current_db::may_hold_several(sql) =>
+            {
                 let written = engine.tables_mentioned(sql);
                 self.note_written(written);
             }
@@ -367,12 +370,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// After a `COM_STMT_PREPARE`: while polling, remember which message tables the statement
     /// may write, by the id the server gave it.
-    pub(super) fn after_prepared(&mut self, sql: &[u8]) {
+    pub(super) fn after_prepared(&mut self, sql: &[u8], keyword: Keyword) {
         let (Some(engine), Some(id)) = (self.ctx.engine.clone(), self.relay.prepared_statement)
         else {
             return;
         };
-        if engine.binlog_following() || !may_write(crate::sql::classify(sql).keyword) {
+        if engine.binlog_following() || !may_write(keyword) {
             return;
         }
         let written = engine.tables_mentioned(sql);
@@ -445,14 +448,6 @@ fn first_word(sql: &[u8], offset: usize) -> &[u8] {
         .position(|b| !b.is_ascii_alphabetic())
         .unwrap_or(rest.len());
     &rest[..len]
-}
-
-/// Whether a query holds more than one statement: a `;` with more than whitespace after it. A
-/// `;` inside a string or comment also counts: a false positive costs one poll.
-fn has_more_statements(sql: &[u8]) -> bool {
-    sql.iter()
-        .position(|&b| b == b';')
-        .is_some_and(|at| sql[at + 1..].iter().any(|b| !b.is_ascii_whitespace()))
 }
 
 /// The bytes that upper- or lower-case hex digits in pairs stand for.

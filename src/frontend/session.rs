@@ -54,7 +54,7 @@ pub struct Session<S> {
     /// Whether the server runs several statements in one COM_QUERY for this session
     /// (CLIENT_MULTI_STATEMENTS, switched by COM_SET_OPTION): only then can a later statement of a
     /// query change the current database.
-    multi_statements: bool,
+    pub(super) multi_statements: bool,
     /// Whether the session has prepared a statement that may change the current database (a
     /// prepared `USE`, `DROP DATABASE`, ...): from then on every COM_STMT_EXECUTE forgets it.
     /// Cleared when the server frees the session's statements (COM_CHANGE_USER,
@@ -382,7 +382,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     self.risky_prepared = true;
                 }
                 self.relay_command(&raw, ResponseKind::Prepare).await?;
-                self.after_prepared(&payload[1..]);
+                self.after_prepared(&payload[1..], classification.keyword);
                 return Ok(());
             }
             COM_STMT_FETCH => ResponseKind::Rows,
