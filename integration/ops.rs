@@ -344,8 +344,25 @@ async fn show_message_tables_lists_loaded_and_broken_tables() {
             assert!(format!("{f:?}").contains("text protocol"), "{f:?}");
         }
     }
+    // Nor with SQL PREPARE / EXECUTE IMMEDIATE of a literal (the server would say 1064).
+    for sql in [
+        "PREPARE s FROM 'SHOW MESSAGE TABLES'",
+        "EXECUTE IMMEDIATE 'ACK good 1'",
+        "prepare s from 'STREAM * ' \"FROM good\"",
+    ] {
+        match c.query_drop(sql).await {
+            Ok(()) => panic!("{sql} should be refused"),
+            Err(e) => {
+                let f = Failure::of(&e);
+                assert_eq!(f.code(), Some(1295), "{sql}: {f:?}");
+            }
+        }
+    }
+    c.query_drop("PREPARE s FROM 'SELECT 1'")
+        .await
+        .expect("other statements still prepare");
     let one: Option<i64> = c
-        .query_first("SELECT 1")
+        .query_first("EXECUTE s")
         .await
         .expect("SELECT 1 after the refusal");
     assert_eq!(one, Some(1));

@@ -259,6 +259,44 @@ async fn redelivery_backoff_is_capped_by_max_backoff() {
     );
 }
 
+/// A row whose `epoch` is at the bigint maximum (set by hand; no sends reach it) is still
+/// claimed, and so is the rest of its batch: the count stops there instead of failing the
+/// claim's UPDATE with 1690, which left the whole batch due and never sent.
+#[tokio::test]
+async fn an_epoch_at_the_bigint_maximum_does_not_block_its_batch() {
+    let env = Env::new("msg_epoch_max").await;
+    env.ddl(&format!(
+        "create table worn(id bigint primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(20)) comment '{}'",
+        comment("1", 10, "1", ",vt_max_backoff=1")
+    ))
+    .await;
+    let mut stream = env.stream("worn").await;
+    env.via_proxy(
+        "insert into worn(id, epoch, message) values (1, 9223372036854775807, 'worn out'), \
+         (2, 0, 'fresh')",
+    )
+    .await;
+    let mut seen = BTreeMap::<i64, usize>::new();
+    let deadline = Instant::now() + secs(8.0);
+    // Both rows, and row 1 twice: after its send it is due again in ack_wait + max_backoff.
+    while seen.get(&1).copied().unwrap_or(0) < 2 || !seen.contains_key(&2) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Some(m) = stream.recv(left).await else {
+            panic!("deliveries so far {seen:?}\n{}", env.log());
+        };
+        *seen.entry(m.id).or_default() += 1;
+    }
+    assert_eq!(env.state("worn", 1).await.epoch, Some(i64::MAX));
+    // Row 2 comes back on the same schedule, so it may have gone out again meanwhile.
+    let fresh = env.state("worn", 2).await.epoch;
+    assert!(
+        fresh.is_some_and(|e| e >= 1),
+        "row 2 counted its sends: {fresh:?}"
+    );
+    env.proxy.assert_alive();
+}
+
 /// `ACK t ids` and the Vitess UPDATE both return the rows newly acked; acked rows are never sent
 /// again; an ACK in a rolled-back transaction acks nothing.
 #[tokio::test]

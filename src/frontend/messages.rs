@@ -32,15 +32,19 @@ enum Asked {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
-    /// Answers a statement the classifier marked virtual.
-    pub(super) async fn serve_virtual(&mut self, sql: &[u8]) -> Result<(), SessionEnd> {
-        // Strings are read as the session's server reads them (MESSAGING.md §6: ids are literals).
-        let quoting = if self.relay.no_backslash_escapes() {
+    /// How the session's server reads string literals now (MESSAGING.md §6: ids are literals, so
+    /// the proxy must read them alike).
+    pub(super) fn quoting(&self) -> Quoting {
+        if self.relay.no_backslash_escapes() {
             Quoting::NO_BACKSLASH_ESCAPES
         } else {
             Quoting::DEFAULT
-        };
-        let statement = match crate::sql::parse_virtual_in(sql, quoting) {
+        }
+    }
+
+    /// Answers a statement the classifier marked virtual.
+    pub(super) async fn serve_virtual(&mut self, sql: &[u8]) -> Result<(), SessionEnd> {
+        let statement = match crate::sql::parse_virtual_in(sql, self.quoting()) {
             Ok(s) => s,
             Err(e) => {
                 return self

@@ -275,6 +275,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if classification.action == Action::Virtual {
                     return self.serve_virtual(&payload[1..]).await;
                 }
+                if classification.keyword == sql::Keyword::Other
+                    && sql::prepared_text(&payload[1..], self.quoting())
+                        .is_some_and(|text| sql::classify(&text).action == Action::Virtual)
+                {
+                    // `PREPARE s FROM 'ACK t 1'`: the server would call it a syntax error.
+                    return self.reply_error(virtual_not_prepared()).await;
+                }
                 let rewritten = match classification.keyword {
                     sql::Keyword::Select => sql::rewrite(&payload[1..]),
                     _ => None,
@@ -368,13 +375,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             COM_STMT_PREPARE if sql::classify(&payload[1..]).action == Action::Virtual => {
                 // The proxy answers these itself, over the text protocol only; the server would
                 // say "syntax error", which is not the reason.
-                return self
-                    .refuse_long_command(&raw, ErrorPacket::new(
-                        ER_UNSUPPORTED_PS,
-                        "HY000",
-                        "STREAM, ACK, SET workload and SHOW MESSAGE TABLES are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
-                    ))
-                    .await;
+                return self.refuse_long_command(&raw, virtual_not_prepared()).await;
             }
             COM_STMT_PREPARE => {
                 let classification = sql::classify(&payload[1..]);
@@ -772,4 +773,15 @@ impl<'a> ChangeUser<'a> {
 fn statement_id(payload: &[u8]) -> Option<u32> {
     let bytes = payload.get(1..5)?;
     Some(u32::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// The refusal of a virtual statement prepared (over the binary protocol, or with SQL `PREPARE`
+/// / `EXECUTE IMMEDIATE` of a literal): the proxy answers them over the text protocol only, and
+/// the server would call them a syntax error, which is not the reason.
+fn virtual_not_prepared() -> ErrorPacket {
+    ErrorPacket::new(
+        ER_UNSUPPORTED_PS,
+        "HY000",
+        "STREAM, ACK, SET workload and SHOW MESSAGE TABLES are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
+    )
 }

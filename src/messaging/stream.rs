@@ -391,10 +391,9 @@ async fn claim(
         let Some(epoch) = values.get(stream_columns + 1) else {
             return Err(BatchError::Backend(BackendError::Protocol));
         };
-        let epoch: i64 = epoch
+        let epoch = epoch
             .and_then(|e| std::str::from_utf8(e).ok())
-            .and_then(|e| e.parse().ok())
-            .unwrap_or(0);
+            .map_or(0, parse_epoch);
         let Some(literal) = def.id_literal(&key) else {
             warn!(
                 "{}: cannot form a literal for id key {:?}; skipping the row",
@@ -422,7 +421,7 @@ async fn claim(
         return Ok((claimed, left_out));
     };
     let update = format!(
-        "UPDATE {table} SET `epoch` = COALESCE(`epoch`, 0) + 1, `time_next` = CASE `id`{cases} END WHERE {claimed_ids}",
+        "UPDATE {table} SET `epoch` = {EPOCH_PLUS_ONE}, `time_next` = CASE `id`{cases} END WHERE {claimed_ids}",
         table = def.qualified(),
     );
     // The UPDATE and COMMIT go out together too. If the UPDATE fails, the COMMIT that follows
@@ -434,6 +433,22 @@ async fn claim(
     expect_ok(backend, deprecate_eof, committed).await?;
     Ok((claimed, left_out))
 }
+
+/// A row's `epoch` as the claim's SELECT returned it. An unsigned column may hold more than an
+/// i64: that is a message sent very often indeed, so it counts as the most (not as never sent).
+fn parse_epoch(text: &str) -> i64 {
+    text.parse::<i64>()
+        .ok()
+        .or_else(|| text.parse::<u64>().ok().map(|_| i64::MAX))
+        .unwrap_or(0)
+}
+
+/// The claim's new `epoch`: one more send, saturating at the signed bigint maximum. A plain
+/// `epoch + 1` there fails the whole UPDATE with 1690 (out of range), so a row whose epoch was set
+/// that high by hand would make every claim of its batch fail and never be sent again; the backoff
+/// is already at its cap long before (see `backoff`), so stopping the count changes nothing else.
+const EPOCH_PLUS_ONE: &str = "CASE WHEN `epoch` IS NULL THEN 1 \
+     WHEN `epoch` < 9223372036854775807 THEN `epoch` + 1 ELSE `epoch` END";
 
 /// The first of the stream's column definitions (`sent`, from the start of the stream) that the
 /// claim's `SELECT` (whose first columns are the same expressions) no longer returns alike.
@@ -516,5 +531,20 @@ async fn rollback_after(backend: &mut Backend, deprecate_eof: bool, err: BytesMu
             }
             BatchError::Transient
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_epoch;
+
+    #[test]
+    fn epochs_parse_whatever_the_column_holds() {
+        assert_eq!(parse_epoch("0"), 0);
+        assert_eq!(parse_epoch("-3"), -3);
+        assert_eq!(parse_epoch("9223372036854775807"), i64::MAX);
+        // An unsigned bigint past i64: the most sends, not none.
+        assert_eq!(parse_epoch("18446744073709551615"), i64::MAX);
+        assert_eq!(parse_epoch("junk"), 0);
     }
 }

@@ -14,6 +14,8 @@
 //! - `classify.rs` — the first keyword, found by a byte scan that skips leading comments;
 //! - `current_db.rs` — what a relayed statement may do to the session's current database (`USE`, multi-
 //!   statements, `DROP DATABASE`, ...), so unqualified `ACK`/`STREAM` tables never resolve in a stale one;
+//! - `prepare.rs` — the statement a SQL `PREPARE ... FROM '...'` / `EXECUTE IMMEDIATE '...'` spells out, so a
+//!   virtual statement prepared that way is refused for the right reason;
 //! - `lexer.rs` — a MariaDB-compatible lexer for the statements parsed here (positions, lines, quoting);
 //! - `reserved.rs` — the words MariaDB refuses as an unquoted table name;
 //! - `statements.rs` — [`VirtualStatement`], [`parse_virtual`] and its MariaDB-worded [`SyntaxError`].
@@ -24,6 +26,7 @@ mod classify;
 pub mod current_db;
 mod kill;
 mod lexer;
+mod prepare;
 mod reserved;
 mod rewrite;
 mod statements;
@@ -34,6 +37,7 @@ mod property_tests;
 pub use classify::classify;
 pub use kill::kill_query_target;
 pub use lexer::Quoting;
+pub use prepare::prepared_text;
 pub use rewrite::rewrite;
 pub use statements::{
     parse_virtual, parse_virtual_in, AckId, SyntaxError, TableName, VirtualStatement,
