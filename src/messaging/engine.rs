@@ -301,10 +301,10 @@ impl Engine {
             .filter_map(|(schema, name, comment)| {
                 let result = match options::parse_comment(&comment) {
                     Ok(Some(opts)) => {
-                        let cols = columns
-                            .get(&(schema.clone(), name.clone()))
-                            .map(Vec::as_slice)
-                            .unwrap_or(&[]);
+                        // Every table has a column, so none means it was dropped between the
+                        // two queries: it is gone (as the next reload would say), not broken
+                        // ("missing required column id" was logged for such a DROP).
+                        let cols = columns.get(&(schema.clone(), name.clone()))?;
                         table::validate(&schema, &name, opts, cols)
                             .map(|mut def| {
                                 def.next_index = indexes
