@@ -130,3 +130,45 @@ async fn a_missing_socket_is_named_in_the_error() {
         again.as_ref().err()
     );
 }
+
+/// More clients at once than the server's listen backlog holds: over the socket a full backlog
+/// fails a non-blocking `connect` at once with EAGAIN (TCP retries the SYN instead, so direct
+/// clients just wait), and the proxy used to answer those clients 1429 "Resource temporarily
+/// unavailable" (the Go driver's own TestConcurrent met it). It now waits for room, as a
+/// blocking client would: every client logs in.
+#[tokio::test]
+async fn a_burst_beyond_the_servers_backlog_all_log_in() {
+    const CLIENTS: usize = 120;
+    let server = MariaDb::start_with(&["--back-log=1"]);
+    let mut c = Conn::new(opts(server.port(), "root", None, None))
+        .await
+        .expect("connect to the test MariaDB");
+    c.query_drop("CREATE DATABASE IF NOT EXISTS burst")
+        .await
+        .expect("create the database");
+    let _ = c.disconnect().await;
+    let proxy = Proxy::start(&server.socket_url("burst"), &[], None);
+    let logins: Vec<_> = (0..CLIENTS)
+        .map(|_| tokio::spawn(Conn::new(opts(proxy.port(), "root", None, Some("burst")))))
+        .collect();
+    let mut conns = Vec::new();
+    let mut failures = Vec::new();
+    for login in logins {
+        match login.await.expect("join") {
+            Ok(conn) => conns.push(conn),
+            Err(e) => failures.push(Failure::of(&e)),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {CLIENTS} logins failed; the first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    for mut conn in conns {
+        let one: Option<i64> = conn.query_first("SELECT 1").await.expect("SELECT 1");
+        assert_eq!(one, Some(1));
+        let _ = conn.disconnect().await;
+    }
+    proxy.assert_alive();
+}

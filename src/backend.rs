@@ -5,6 +5,7 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::{BufMut, BytesMut};
 use mysql_common::constants::CapabilityFlags;
@@ -33,13 +34,32 @@ pub enum BackendStream {
 impl BackendStream {
     async fn connect(target: &BackendTarget) -> io::Result<BackendStream> {
         match &target.socket {
-            Some(path) => Ok(BackendStream::Unix(UnixStream::connect(path).await?)),
+            Some(path) => Ok(BackendStream::Unix(connect_unix(path).await?)),
             None => {
                 let tcp = TcpStream::connect(target.address()).await?;
                 // Requests and answers are small and each waits for the other: never delay one.
                 tcp.set_nodelay(true)?;
                 Ok(BackendStream::Tcp(tcp))
             }
+        }
+    }
+}
+
+/// Connects to a Unix socket, waiting for room in its listen backlog. A full backlog fails a
+/// non-blocking `connect` at once with EAGAIN — over TCP the kernel retries the SYN instead, and a
+/// blocking client simply waits — so a burst of clients (more at once than the server's
+/// `back_log`) would get "cannot reach the backend" through msgproxy and not directly. The
+/// caller's connect timeout bounds the wait.
+async fn connect_unix(path: &std::path::Path) -> io::Result<UnixStream> {
+    const MOST_PAUSE: Duration = Duration::from_millis(20);
+    let mut pause = Duration::from_micros(500);
+    loop {
+        match UnixStream::connect(path).await {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MOST_PAUSE);
+            }
+            result => return result,
         }
     }
 }
