@@ -19,6 +19,8 @@
 #            GO_TEST_TIMEOUT (default 10m), MYSQL_TEST_CONCURRENT (default 1).
 # Exit status: 0 when the summary was produced (whatever the counts), 2 on setup errors.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 if [ $# -ne 2 ]; then
   echo "usage: $0 HOST PORT" >&2
@@ -38,9 +40,7 @@ command -v go >/dev/null 2>&1 || need_pkgs+=(golang-go)
 [ -f "$SRC_DEB/driver_test.go" ] || need_pkgs+=(golang-github-go-sql-driver-mysql-dev)
 command -v mariadb >/dev/null 2>&1 || need_pkgs+=(mariadb-client)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
-  echo "installing: ${need_pkgs[*]}" >&2
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >&2
+  msgproxy_apt_install "${need_pkgs[@]}" >&2
 fi
 if [ ! -f "$SRC_DEB/driver_test.go" ]; then
   echo "error: $SRC_DEB/driver_test.go missing after install" >&2

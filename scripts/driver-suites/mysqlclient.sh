@@ -22,6 +22,8 @@
 #            (per-test seconds, default 300).
 # Exit status: 0 when the summary was produced (whatever the counts), 2 on setup errors.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 if [ $# -ne 2 ]; then
   echo "usage: $0 HOST PORT" >&2
@@ -45,9 +47,7 @@ dpkg -s python3-dev >/dev/null 2>&1 || need_pkgs+=(python3-dev)
 dpkg -s python3-venv >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 command -v mariadb >/dev/null 2>&1 || need_pkgs+=(mariadb-client)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
-  echo "installing: ${need_pkgs[*]}" >&2
-  apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}" >&2
+  msgproxy_apt_install "${need_pkgs[@]}" >&2
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

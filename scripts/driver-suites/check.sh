@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The drivers' own test suites through msgproxy, compared test by test with the same server directly:
+# the pass-through promise ("clients notice no difference") checked by code msgproxy did not write.
+#
+#   scripts/driver-suites/check.sh [SUITE...]     SUITE: go-driver, mysqlclient (default: both)
+#
+# Starts a throwaway MariaDB (scripts/mariadb-throwaway.sh: its own data directory under
+# $DRIVER_SUITES_DIR, a free port) and msgproxy in front of it on the server's Unix socket, as
+# scripts/run.sh does (the debug build, built here if needed; $MSGPROXY_BIN overrides), runs each suite
+# straight against the server and then through msgproxy, and stops both. Fails when any test's outcome
+# differs between the two runs (compare.sh lists them), or when a suite cannot run. Tests that fail the
+# same way directly (e.g. the Go suite's TestCharset on MariaDB, which names utf8 `utf8mb3`) do not count.
+# The suites and their tools are installed on first use (Debian packages, PyPI) under
+# $DRIVER_SUITES_DIR, default target/driver-suites. About two minutes once installed.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+cd "$MSGPROXY_REPO"
+
+suites=("$@")
+[ "${#suites[@]}" -gt 0 ] || suites=(go-driver mysqlclient)
+for suite in "${suites[@]}"; do
+    [ -f "scripts/driver-suites/$suite.sh" ] || msgproxy_die "no such suite: $suite (go-driver, mysqlclient)"
+done
+
+export DRIVER_SUITES_DIR=${DRIVER_SUITES_DIR:-$MSGPROXY_REPO/target/driver-suites}
+mkdir -p "$DRIVER_SUITES_DIR"
+data_dir=$DRIVER_SUITES_DIR/mariadb
+
+# Two free ports: the server's and the proxy's.
+free_port() {
+    local port=$1
+    while msgproxy_port_in_use "$port" || [ "$port" = "${taken:-}" ]; do
+        port=$((port + 1))
+    done
+    echo "$port"
+}
+server_port=$(free_port 33306)
+taken=$server_port
+proxy_port=$(free_port $((server_port + 1)))
+
+proxy_bin=${MSGPROXY_BIN:-}
+if [ -z "$proxy_bin" ]; then
+    msgproxy_require_cargo
+    cargo build --quiet --bin msgproxy
+    proxy_bin=$MSGPROXY_REPO/target/debug/msgproxy
+fi
+
+proxy_pid=""
+cleanup() {
+    [ -z "$proxy_pid" ] || kill "$proxy_pid" 2>/dev/null || true
+    scripts/mariadb-throwaway.sh stop --dir "$data_dir" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+# Start afresh: a server left from an earlier run may hold the suites' old tables and another port.
+scripts/mariadb-throwaway.sh stop --dir "$data_dir" >/dev/null 2>&1 || true
+rm -rf "$data_dir"
+backend=$(scripts/mariadb-throwaway.sh start --port "$server_port" --dir "$data_dir" | tail -n 1)
+proxy_log=$DRIVER_SUITES_DIR/msgproxy.log
+"$proxy_bin" --backend "$backend" --listen "127.0.0.1:$proxy_port" >"$proxy_log" 2>&1 &
+proxy_pid=$!
+for _ in $(seq 1 100); do
+    msgproxy_port_in_use "$proxy_port" && break
+    kill -0 "$proxy_pid" 2>/dev/null || msgproxy_die "msgproxy exited at start; its log: $proxy_log"
+    sleep 0.1
+done
+msgproxy_port_in_use "$proxy_port" || msgproxy_die "msgproxy did not listen on $proxy_port; its log: $proxy_log"
+
+differing=()
+for suite in "${suites[@]}"; do
+    for port in "$server_port" "$proxy_port"; do
+        msgproxy_info "==> $suite against 127.0.0.1:$port ($([ "$port" = "$server_port" ] && echo the server || echo msgproxy))"
+        if ! bash "scripts/driver-suites/$suite.sh" 127.0.0.1 "$port"; then
+            msgproxy_die "$suite could not run against port $port (see the messages above)"
+        fi
+    done
+    direct=$DRIVER_SUITES_DIR/results-$suite-127.0.0.1-$server_port.txt
+    proxied=$DRIVER_SUITES_DIR/results-$suite-127.0.0.1-$proxy_port.txt
+    # An empty result file means the suite did not run at all: never a pass.
+    [ -s "$direct" ] && [ -s "$proxied" ] || msgproxy_die "$suite wrote no results ($direct, $proxied)"
+    if ! bash scripts/driver-suites/compare.sh "$direct" "$proxied"; then
+        differing+=("$suite")
+    fi
+done
+kill -0 "$proxy_pid" 2>/dev/null || msgproxy_die "msgproxy died during the suites; its log: $proxy_log"
+
+if [ "${#differing[@]}" -gt 0 ]; then
+    msgproxy_info "driver suites: outcomes through msgproxy differ from the server's in: ${differing[*]} (logs in $DRIVER_SUITES_DIR; msgproxy's log: $proxy_log)"
+    exit 1
+fi
+msgproxy_info "driver suites: every test's outcome through msgproxy is the server's (${suites[*]})"
