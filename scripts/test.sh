@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the whole test suite: unit, grammar and integration tests (the integration tests start their own throwaway
 # mariadbd, so MariaDB only has to be installed: this installs mariadb-server/mariadb-client with apt-get when
-# mariadbd is missing), then the formatting and lint checks.
+# mariadbd is missing), the bench's smoke run, a minute under faults, the drivers' own suites through msgproxy,
+# then the formatting and lint checks.
 #
 #   scripts/test.sh [extra arguments for cargo test...]
 #
@@ -42,6 +43,10 @@ step bench-smoke cargo run --quiet --bin msgproxy-bench -- --smoke
 # About 75 s; a failure prints the violations and keeps the logs. Longer runs: README, "Checking msgproxy
 # under faults".
 step chaos-check cargo run --quiet --bin msgproxy-check -- --duration 60s
+# The Go driver's and mysqlclient's own test suites, straight to a throwaway MariaDB and through msgproxy: any test
+# whose outcome differs fails the step. Installs Go and the suites on first use (Debian packages, PyPI); about two
+# minutes after that. Alone: scripts/driver-suites/check.sh.
+step driver-suites bash scripts/driver-suites/check.sh
 step format cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 
@@ -50,4 +55,4 @@ if [ "${#failed[@]}" -gt 0 ]; then
     msgproxy_info "scripts/test.sh: FAILED: ${failed[*]}"
     exit 1
 fi
-msgproxy_info "scripts/test.sh: all passed (tests, bench-smoke, chaos-check, format, clippy)"
+msgproxy_info "scripts/test.sh: all passed (tests, bench-smoke, chaos-check, driver-suites, format, clippy)"
