@@ -2,41 +2,30 @@
 //! server accepts it for a connection that is between statements and forgets it, which is where a
 //! `STREAM` spends its time; the proxy reads the target so that it can end the stream itself.
 
-use super::lexer::{trim_statement, Lexer, TokenKind};
+use super::lexer::{is_word, Quoting, SpelledTokens, TokenKind};
 
 /// The connection id a `KILL [HARD | SOFT] QUERY id` statement names. `None` for every other
 /// statement: a connection kill (`KILL id`, `KILL CONNECTION id`: the server closes that
 /// connection itself), `KILL QUERY ID n` (which names a query id), `KILL USER u`, and anything
 /// that is not exactly one such statement.
 pub fn kill_query_target(sql: &[u8]) -> Option<u64> {
-    let sql = trim_statement(sql);
-    let mut lexer = Lexer::new(sql);
-    let mut next = || {
-        let token = lexer.next_token();
-        (
-            token.kind,
-            sql.get(token.start..token.end).unwrap_or_default(),
-        )
-    };
-    let is_word = |(kind, text): (TokenKind, &[u8]), word: &str| {
-        kind == TokenKind::Word && text.eq_ignore_ascii_case(word.as_bytes())
-    };
-    if !is_word(next(), "kill") {
+    let mut tokens = SpelledTokens::new(sql, Quoting::DEFAULT);
+    if !is_word(tokens.next(), "kill") {
         return None;
     }
-    let mut token = next();
+    let mut token = tokens.next();
     if is_word(token, "hard") || is_word(token, "soft") {
-        token = next();
+        token = tokens.next();
     }
     if !is_word(token, "query") {
         return None;
     }
-    let (kind, text) = next();
+    let (kind, text) = tokens.next();
     if kind != TokenKind::Number || !text.iter().all(u8::is_ascii_digit) {
         return None;
     }
     let id = std::str::from_utf8(text).ok()?.parse().ok()?;
-    (next().0 == TokenKind::Eof).then_some(id)
+    (tokens.next().0 == TokenKind::Eof).then_some(id)
 }
 
 #[cfg(test)]

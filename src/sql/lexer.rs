@@ -106,6 +106,41 @@ pub(super) fn is_identifier_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
 }
 
+/// A token with its text, for the small parsers that walk a statement word by word (`KILL QUERY`,
+/// `PREPARE ... FROM`).
+pub(super) type Spelled<'a> = (TokenKind, &'a [u8]);
+
+/// Whether a token is the unquoted word `word`, in any case.
+pub(super) fn is_word((kind, text): Spelled<'_>, word: &str) -> bool {
+    kind == TokenKind::Word && text.eq_ignore_ascii_case(word.as_bytes())
+}
+
+/// A [`trim_statement`]ed statement's tokens with their text, one [`SpelledTokens::next`] at a time.
+pub(super) struct SpelledTokens<'a> {
+    sql: &'a [u8],
+    lexer: Lexer<'a>,
+}
+
+impl<'a> SpelledTokens<'a> {
+    pub fn new(sql: &'a [u8], quoting: Quoting) -> Self {
+        let sql = trim_statement(sql);
+        SpelledTokens {
+            sql,
+            lexer: Lexer::with_quoting(sql, quoting),
+        }
+    }
+
+    /// The next token and its text (empty at the end).
+    pub fn next(&mut self) -> Spelled<'a> {
+        let token = self.lexer.next_token();
+        let sql: &'a [u8] = self.sql;
+        (
+            token.kind,
+            sql.get(token.start..token.end).unwrap_or_default(),
+        )
+    }
+}
+
 /// Turns a statement into tokens, one [`Lexer::next_token`] at a time. Never allocates, never panics; after
 /// the end it keeps returning [`TokenKind::Eof`] (or [`TokenKind::Invalid`] for an open executable comment).
 #[derive(Debug, Clone)]

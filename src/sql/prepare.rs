@@ -4,36 +4,25 @@
 //! reach the server, which can only call them a syntax error (1064). Reading the literal lets the
 //! proxy give the real reason, as it does for `COM_STMT_PREPARE`.
 
-use super::lexer::{string_value, trim_statement, Lexer, Quoting, TokenKind};
+use super::lexer::{is_word, string_value, Quoting, SpelledTokens, TokenKind};
 
 /// The statement a `PREPARE name FROM <literal>` or `EXECUTE IMMEDIATE <literal> [USING ...]`
 /// would prepare, decoded as the server reads the literal with `quoting` (adjacent literals are
 /// one, as in `'ACK t ' '1'`). `None` for any other statement, and where the text is not a
 /// literal (`FROM @sql`, `CONCAT(...)`): what that holds is only known to the server.
 pub fn prepared_text(sql: &[u8], quoting: Quoting) -> Option<Vec<u8>> {
-    let sql = trim_statement(sql);
-    let mut lexer = Lexer::with_quoting(sql, quoting);
-    let mut next = || {
-        let token = lexer.next_token();
-        (
-            token.kind,
-            sql.get(token.start..token.end).unwrap_or_default(),
-        )
-    };
-    let is_word = |(kind, text): (TokenKind, &[u8]), word: &str| {
-        kind == TokenKind::Word && text.eq_ignore_ascii_case(word.as_bytes())
-    };
-    let first = next();
+    let mut tokens = SpelledTokens::new(sql, quoting);
+    let first = tokens.next();
     let mut token = if is_word(first, "prepare") {
-        let (name_kind, _) = next();
+        let (name_kind, _) = tokens.next();
         if !matches!(name_kind, TokenKind::Word | TokenKind::QuotedIdent)
-            || !is_word(next(), "from")
+            || !is_word(tokens.next(), "from")
         {
             return None;
         }
-        next()
-    } else if is_word(first, "execute") && is_word(next(), "immediate") {
-        next()
+        tokens.next()
+    } else if is_word(first, "execute") && is_word(tokens.next(), "immediate") {
+        tokens.next()
     } else {
         return None;
     };
@@ -42,7 +31,7 @@ pub fn prepared_text(sql: &[u8], quoting: Quoting) -> Option<Vec<u8>> {
     while token.0 == TokenKind::String {
         text.extend(string_value(token.1, quoting));
         literals += 1;
-        token = next();
+        token = tokens.next();
     }
     // After the literal: the end, or (EXECUTE IMMEDIATE only, but the server sorts that out)
     // `USING` and its parameters.
