@@ -151,3 +151,54 @@ async fn quoted_ids_of_other_types() {
     assert_eq!(unacked, ["mn:6", "ml:A"]);
     let _ = d.disconnect().await;
 }
+
+/// Ids after a character set introducer, as drivers send byte arrays: the Go driver with
+/// `interpolateParams` writes `_binary'..'` (backslash escapes, or doubled quotes under
+/// NO_BACKSLASH_ESCAPES), Connector/J `_binary '..'`. QA found every such ACK refused with 1064.
+#[tokio::test]
+async fn ids_with_a_character_set_introducer() {
+    let env = Env::new("msg_ack_introducers").await;
+    env.ddl(&format!(
+        "create table mb(id varbinary(40) primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(20)) comment '{}'",
+        comment("30", 10, "30", "")
+    ))
+    .await;
+    env.direct(
+        r"insert into mb(id) values ('k1'), ('k2'), (X'6B00270A'), ('a''b'), ('é'), ('hex')",
+    )
+    .await;
+    let mut c = env.proxy_conn().await;
+    assert_eq!(exec(&mut c, "ACK mb _binary'k1'").await, Ok(1));
+    assert_eq!(
+        exec(&mut c, "ACK mb _binary 'k2', _binary'k1'").await,
+        Ok(1)
+    );
+    // NUL, quote and newline escaped as the Go driver escapes them.
+    assert_eq!(exec(&mut c, r"ACK mb _binary'k\0\'\n'").await, Ok(1));
+    assert_eq!(
+        exec(&mut c, "ACK mb _utf8mb4'é', _binary X'686578'").await,
+        Ok(2)
+    );
+    exec(&mut c, "SET sql_mode='NO_BACKSLASH_ESCAPES'")
+        .await
+        .expect("set sql_mode");
+    assert_eq!(exec(&mut c, "ACK mb _binary'a''b'").await, Ok(1));
+    let _ = c.disconnect().await;
+    let after = acked_bytes(&env, "mb").await;
+    assert!(
+        after.values().all(Option::is_some),
+        "every row acked: {after:?}"
+    );
+}
+
+/// `time_acked` of every row, by id as bytes.
+async fn acked_bytes(env: &Env, table: &str) -> BTreeMap<Vec<u8>, Option<i64>> {
+    let mut c = env.direct_conn().await;
+    let rows: Vec<(Vec<u8>, Option<i64>)> = c
+        .query(format!("select id, time_acked from {table}"))
+        .await
+        .expect("read rows");
+    let _ = c.disconnect().await;
+    rows.into_iter().collect()
+}

@@ -13,7 +13,7 @@ use crate::messaging::engine::Lookup;
 use crate::messaging::manager::TableManager;
 use crate::messaging::state;
 use crate::messaging::stream::{self, StreamEnd};
-use crate::messaging::table::quote_ident;
+use crate::messaging::table::{hex_upper, quote_ident};
 use crate::protocol::commands::{
     ER_CANT_DO_THIS_DURING_AN_TRANSACTION, ER_NO_DB_ERROR, ER_UNKNOWN_CHARACTER_SET,
     ER_UNKNOWN_ERROR, ER_WRONG_OBJECT,
@@ -274,6 +274,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 AckId::Literal(written) => Some(written.clone()),
                 AckId::String { value, .. } => {
                     def.quoted_id_literal(value, client_charset.as_deref())
+                }
+                // The server reads `_charset X'..'` as it read the client's `_charset'..'`.
+                AckId::Introduced { charset, value, .. } => {
+                    Some(format!("_{charset} X'{}'", hex_upper(value)))
                 }
             };
             let Some(literal) = literal else {

@@ -512,7 +512,7 @@ fn is_ascii_compatible(charset: &str) -> bool {
 }
 
 /// `bytes` as upper-case hex digits, as `HEX()` writes them.
-fn hex_upper(bytes: &[u8]) -> String {
+pub(crate) fn hex_upper(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut hex = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -28,9 +28,12 @@
 //! session re-renders in a form no `sql_mode` reads differently (`MessageTable::quoted_id_literal`), so
 //! what an id says can never become SQL.
 //!
+//! A string after a character set introducer (`_binary'k1'`, as drivers send byte arrays) keeps its
+//! character set ([`AckId::Introduced`]); the session re-renders it as `_charset X'..'`.
+//!
 //! Deliberate limits, all of them errors rather than guesses: several statements in one query (`ACK t 1;
-//! ACK t 2`; the first `;` ends the statement); charset introducers (`_utf8mb4'x'`); ids that are
-//! expressions, `NULL`, `TRUE` or `FALSE`; an empty quoted name.
+//! ACK t 2`; the first `;` ends the statement); ids that are expressions, `NULL`, `TRUE` or `FALSE`; an
+//! empty quoted name.
 
 use super::lexer::{string_value, trim_statement, Lexer, Quoting, Token, TokenKind};
 use super::reserved::is_reserved;
@@ -62,13 +65,26 @@ pub enum AckId {
         /// What the session's server reads it as: quotes and escapes undone, in the client's character set.
         value: Vec<u8>,
     },
+    /// A quoted string after a character set introducer (`_binary'k1'`, `_utf8mb4 'x'`): how the Go
+    /// driver (`interpolateParams`) and Connector/J send a byte-array parameter. Its bytes are in the
+    /// named character set, not the client's.
+    Introduced {
+        /// As written, introducer and quotes included (never put into SQL).
+        written: String,
+        /// The character set the introducer names, without its `_` (ASCII letters and digits only).
+        charset: String,
+        /// The string's value, quotes and escapes undone.
+        value: Vec<u8>,
+    },
 }
 
 impl AckId {
     /// The id as the client wrote it.
     pub fn written(&self) -> &str {
         match self {
-            AckId::Literal(written) | AckId::String { written, .. } => written,
+            AckId::Literal(written)
+            | AckId::String { written, .. }
+            | AckId::Introduced { written, .. } => written,
         }
     }
 }
@@ -362,7 +378,38 @@ impl<'a> Parser<'a> {
                 id.push_str(self.text(number)?);
                 Ok(AckId::Literal(id))
             }
+            TokenKind::Word => self.introduced(token),
             _ => Err(token.into()),
+        }
+    }
+
+    /// An id after a character set introducer `word` (`_binary`): a string (`_binary'k1'`,
+    /// `_binary 'k1'`), or a hex or bit literal (`_binary X'6b31'`, `_binary 0x6b31`, `_binary b'1'`),
+    /// which goes into the `IN (...)` list as written. The name is not checked against the server's
+    /// character sets: an unknown one fails there, as it would have directly.
+    fn introduced(&mut self, word: Token) -> Result<AckId, ErrorAt> {
+        let written_word = self.text(word)?;
+        let charset = match written_word.strip_prefix('_') {
+            Some(name) if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric()) => {
+                name
+            }
+            _ => return Err(word.into()),
+        };
+        let literal = self.next();
+        let written_literal = self.text(literal)?;
+        match literal.kind {
+            // `N'..'` names its own character set: `_binary N'x'` is a syntax error on the server too.
+            TokenKind::String if !written_literal.starts_with(['N', 'n']) => {
+                Ok(AckId::Introduced {
+                    written: format!("{written_word}{written_literal}"),
+                    charset: charset.to_owned(),
+                    value: string_value(written_literal.as_bytes(), self.quoting),
+                })
+            }
+            TokenKind::Hex | TokenKind::Bit => {
+                Ok(AckId::Literal(format!("{written_word} {written_literal}")))
+            }
+            _ => Err(literal.into()),
         }
     }
 

@@ -45,6 +45,11 @@ fn ack_ids(sql: &str, quoting: Quoting) -> Result<Ids, SyntaxError> {
             .map(|id| match id {
                 AckId::Literal(written) => (written, None),
                 AckId::String { written, value } => (written, Some(value)),
+                AckId::Introduced {
+                    written,
+                    charset,
+                    value,
+                } => (format!("{charset}:{written}"), Some(value)),
             })
             .collect()),
         other => panic!("not an ACK: {other:?}"),
@@ -161,6 +166,33 @@ fn quoted_ids_are_values() {
             l("X'1f'"),
             l("b'1'"),
         ])
+    );
+}
+
+#[test]
+fn introduced_ids_keep_their_character_set() {
+    // As the Go driver (`_binary'..'`, escaped with backslashes) and Connector/J (`_binary '..'`)
+    // send byte arrays.
+    let i = |written: &str, value: &[u8]| (written.to_owned(), Some(value.to_vec()));
+    let l = |written: &str| (written.to_owned(), None);
+    assert_eq!(
+        ack_ids(
+            r"ACK t _binary'k1', _binary 'k\0\'2', _utf8mb4'é', _latin1 X'E9', _binary 0x6b31, _binary b'1'",
+            Quoting::DEFAULT
+        ),
+        Ok(vec![
+            i("binary:_binary'k1'", b"k1"),
+            i(r"binary:_binary'k\0\'2'", b"k\0'2"),
+            i("utf8mb4:_utf8mb4'é'", "é".as_bytes()),
+            l("_latin1 X'E9'"),
+            l("_binary 0x6b31"),
+            l("_binary b'1'"),
+        ])
+    );
+    // Under NO_BACKSLASH_ESCAPES the Go driver doubles quotes instead.
+    assert_eq!(
+        ack_ids(r"ACK t _binary'a''b\'", Quoting::NO_BACKSLASH_ESCAPES),
+        Ok(vec![i(r"binary:_binary'a''b\'", b"a'b\\")])
     );
 }
 
@@ -326,7 +358,12 @@ fn malformed_ack() {
     err("ACK t b'2'", "b'2'", 1);
     err("ACK t 1 /* open", "/* open", 1);
     err("ACK t 1 WHERE id = 1", "WHERE id = 1", 1);
-    err("ACK t _utf8mb4'a'", "_utf8mb4'a'", 1);
+    err("ACK t _'a'", "_'a'", 1);
+    err("ACK t utf8mb4'a'", "utf8mb4'a'", 1);
+    err("ACK t _utf8-mb4'a'", "-mb4'a'", 1);
+    err("ACK t _binary N'a'", "N'a'", 1);
+    err("ACK t _binary", "", 1);
+    err("ACK t _binary 1", "1", 1);
     err("ACK t 'a' 'b'", "'b'", 1);
     err("ACK t 1; ACK t 2", "ACK t 2", 1);
 }
