@@ -67,7 +67,7 @@ async fn binlog_off_runs_in_poll_mode() {
 /// `PREPARE`/`EXECUTE`. They used to wait for the next poll (30 s here); only a text
 /// `INSERT` asked for one.
 #[tokio::test]
-async fn poll_mode_is_prompt_for_prepared_and_multi_statement_writes() {
+async fn poll_mode_is_prompt_for_prepared_wrapped_and_multi_statement_writes() {
     let server = MariaDb::start_with(&["--skip-log-bin"]);
     let db = "binlog_off_prepared";
     fresh_db(&server, db).await;
@@ -106,6 +106,15 @@ async fn poll_mode_is_prompt_for_prepared_and_multi_statement_writes() {
     p.query_drop("SET @id = 3").await.expect("SET");
     p.query_drop("EXECUTE s USING @id").await.expect("EXECUTE");
     c.expect(&[3], t, PROMPT, "an SQL EXECUTE of a prepared insert")
+        .await;
+    // Connector/J with a query timeout wraps every statement so.
+    let t = Instant::now();
+    p.query_drop(
+        "SET STATEMENT max_statement_time=10 FOR INSERT INTO m (id, message) VALUES (4, 'wrapped')",
+    )
+    .await
+    .expect("a wrapped insert");
+    c.expect(&[4], t, PROMPT, "an insert in SET STATEMENT ... FOR")
         .await;
     let _ = p.disconnect().await;
     proxy.assert_alive();

@@ -186,6 +186,73 @@ async fn vitess_client_forms_work() {
     );
 }
 
+/// MariaDB Connector/J with a query timeout sends every statement as `SET STATEMENT
+/// max_statement_time=N FOR ...`: STREAM, ACK and SHOW MESSAGE TABLES work inside it (the server
+/// got them and said 1064), and an UPDATE or ALTER inside it still counts as one.
+#[tokio::test]
+async fn statements_wrapped_in_set_statement_work() {
+    let env = Env::new("msg_set_statement").await;
+    env.ddl(&format!(
+        "create table wrapped(id bigint primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(20)) comment '{}'",
+        comment("30", 10, "1", "")
+    ))
+    .await;
+    let mut stream = Stream::open_with(
+        env.proxy.port(),
+        "msg_set_statement",
+        &[],
+        "SET STATEMENT max_statement_time=5 FOR STREAM * FROM wrapped",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}\n{}", env.log()));
+    env.via_proxy("insert into wrapped(id, message) values (1, 'a'), (2, 'b')")
+        .await;
+    let mut got = vec![];
+    while got.len() < 2 {
+        let m = stream
+            .recv(secs(5.0))
+            .await
+            .unwrap_or_else(|| panic!("got {got:?}\n{}", env.log()));
+        got.push(m.id);
+    }
+    let mut c = env.proxy_conn().await;
+    assert_eq!(
+        exec(
+            &mut c,
+            "SET STATEMENT max_statement_time=5 FOR ACK wrapped 1"
+        )
+        .await,
+        Ok(1)
+    );
+    assert_eq!(
+        exec(
+            &mut c,
+            "set statement max_statement_time=5, sql_mode='' for \
+             update wrapped set time_acked = 1, time_next = null where id = 2"
+        )
+        .await,
+        Ok(1)
+    );
+    let tables: Vec<mysql_async::Row> = c
+        .query("SET STATEMENT max_statement_time=5 FOR SHOW MESSAGE TABLES")
+        .await
+        .expect("SHOW MESSAGE TABLES in SET STATEMENT");
+    assert!(!tables.is_empty());
+    // DDL inside the wrapper reloads the table before its OK, as DDL does.
+    exec(
+        &mut c,
+        "SET STATEMENT max_statement_time=5 FOR ALTER TABLE wrapped COMMENT 'not a queue'",
+    )
+    .await
+    .expect("ALTER in SET STATEMENT");
+    let failure = fails(&mut c, "ACK wrapped 3").await;
+    assert!(
+        format!("{failure:?}").contains("not a message table"),
+        "{failure:?}"
+    );
+}
+
 /// DDL through the proxy takes effect at once; a table created straight on the server is found
 /// by the periodic reload (every 10 s).
 #[tokio::test]

@@ -179,7 +179,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         )
         .await
         {
-            StreamEnd::Refused | StreamEnd::Interrupted => Ok(()),
+            StreamEnd::Refused | StreamEnd::Interrupted | StreamEnd::Failed => Ok(()),
             StreamEnd::Closed => Err(SessionEnd::Quit),
             StreamEnd::BackendLost(e, seq) => {
                 // The session's error packet continues the stream's result set.

@@ -270,20 +270,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return Err(SessionEnd::Quit);
             }
             COM_QUERY => {
-                let classification = sql::classify(&payload[1..]);
+                let whole = &payload[1..];
+                let mut classification = sql::classify(whole);
                 self.ctx.metrics.statement(classification.keyword);
+                // What the proxy does is decided by the statement itself, inside a `SET
+                // STATEMENT var = value FOR` wrapper (Connector/J's query timeout) if there is
+                // one; the whole is what the server gets. The variables do not apply to what
+                // msgproxy answers itself (a timeout does not end a STREAM).
+                let mut statement = whole;
+                if classification.keyword == sql::Keyword::Set {
+                    if let Some(inner) = sql::set_statement_body(whole, self.quoting()) {
+                        statement = inner;
+                        classification = sql::classify(inner);
+                    }
+                }
                 if classification.action == Action::Virtual {
-                    return self.serve_virtual(&payload[1..]).await;
+                    return self.serve_virtual(statement).await;
                 }
                 if classification.keyword == sql::Keyword::Other
-                    && sql::prepared_text(&payload[1..], self.quoting())
+                    && sql::prepared_text(statement, self.quoting())
                         .is_some_and(|text| sql::classify(&text).action == Action::Virtual)
                 {
                     // `PREPARE s FROM 'ACK t 1'`: the server would call it a syntax error.
                     return self.reply_error(virtual_not_prepared()).await;
                 }
                 let rewritten = match classification.keyword {
-                    sql::Keyword::Select => sql::rewrite(&payload[1..]),
+                    sql::Keyword::Select if statement.len() == whole.len() => sql::rewrite(whole),
                     _ => None,
                 };
                 match rewritten {
@@ -300,8 +312,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         // client makes after the OK includes it.
                         self.send_to_backend(&raw).await?;
                         let end = self.forward_results_holding_end().await?;
-                        self.track_current_db(&payload[1..], classification);
-                        self.after_relayed_statement(&payload[1..], classification)
+                        self.track_current_db(statement, classification);
+                        self.after_relayed_statement(statement, classification)
                             .await;
                         return self.write_held_end(&end).await;
                     }
@@ -309,8 +321,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         self.relay_command(&raw, ResponseKind::Results).await?;
                     }
                 }
-                self.track_current_db(&payload[1..], classification);
-                self.after_relayed_statement(&payload[1..], classification)
+                self.track_current_db(statement, classification);
+                self.after_relayed_statement(statement, classification)
                     .await;
                 return Ok(());
             }

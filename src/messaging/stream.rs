@@ -51,9 +51,26 @@ pub enum StreamEnd {
     Closed,
     /// `KILL QUERY` ended the stream with error 1317, already sent: the session goes on.
     Interrupted,
+    /// The stream cannot go on (its table or a column is gone, the session cannot write) and
+    /// ended with that error, already sent; the backend connection is back between statements,
+    /// so the session goes on, as after any failed statement.
+    Failed,
     /// The backend connection failed. The `u8` is the sequence id the client expects next (the
     /// session's error packet must continue the stream's result set).
     BackendLost(BackendError, u8),
+}
+
+/// Ends the stream's result set with `err`: [`StreamEnd::Failed`], or `Closed` if the client is
+/// gone.
+async fn end_with<S: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut PacketReader<S>,
+    seq: u8,
+    err: &[u8],
+) -> StreamEnd {
+    match crate::protocol::packet::write_packet(client.get_mut(), seq, err).await {
+        Ok(_) => StreamEnd::Failed,
+        Err(_) => StreamEnd::Closed,
+    }
 }
 
 /// Why one batch could not be claimed.
@@ -178,8 +195,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 keepalive.reset();
                 let Some(batch) = batch else {
                     let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
-                    let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
-                    return StreamEnd::Closed;
+                    return end_with(client, seq, &err.encode(true)).await;
                 };
                 // The current options (the table may have been altered), but this stream's own
                 // columns: the client was promised them. If one is gone, the claim fails with the
@@ -194,10 +210,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                         match e {
                             BatchError::Transient => continue,
                             BatchError::Backend(e) => return StreamEnd::BackendLost(e, seq),
-                            BatchError::Fatal(err) => {
-                                let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err).await;
-                                return StreamEnd::Closed;
-                            }
+                            BatchError::Fatal(err) => return end_with(client, seq, &err).await,
                         }
                     }
                 };

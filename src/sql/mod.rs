@@ -18,6 +18,8 @@
 //!   virtual statement prepared that way is refused for the right reason;
 //! - `lexer.rs` — a MariaDB-compatible lexer for the statements parsed here (positions, lines, quoting);
 //! - `reserved.rs` — the words MariaDB refuses as an unquoted table name;
+//! - `set_statement.rs` — the statement inside `SET STATEMENT var = value FOR statement` (Connector/J's query
+//!   timeouts), which decides what the proxy does with the whole;
 //! - `statements.rs` — [`VirtualStatement`], [`parse_virtual`] and its MariaDB-worded [`SyntaxError`].
 //! - `property_tests.rs` (tests only) — fixed-seed properties across the classifier, the parser and `rewrite`:
 //!   what is relayed untouched, and odd names and ids surviving `STREAM`/`ACK`.
@@ -29,6 +31,7 @@ mod lexer;
 mod prepare;
 mod reserved;
 mod rewrite;
+mod set_statement;
 mod statements;
 
 #[cfg(test)]
@@ -39,6 +42,7 @@ pub use kill::kill_query_target;
 pub use lexer::Quoting;
 pub use prepare::prepared_text;
 pub use rewrite::rewrite;
+pub use set_statement::set_statement_body;
 pub use statements::{
     parse_virtual, parse_virtual_in, AckId, SyntaxError, TableName, VirtualStatement,
 };
