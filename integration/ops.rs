@@ -336,12 +336,17 @@ async fn show_message_tables_lists_loaded_and_broken_tables() {
     // The session goes on, and the statement cannot be prepared.
     let one: Option<i64> = c.query_first("SELECT 1").await.expect("SELECT 1");
     assert_eq!(one, Some(1));
-    match c.prep("SHOW MESSAGE TABLES").await {
-        Ok(_) => panic!("a prepared SHOW MESSAGE TABLES should be refused"),
-        Err(e) => {
-            let f = Failure::of(&e);
-            assert_eq!(f.code(), Some(1295), "{f:?}");
-            assert!(format!("{f:?}").contains("text protocol"), "{f:?}");
+    for sql in [
+        "SHOW MESSAGE TABLES",
+        "SET STATEMENT max_statement_time=5 FOR SHOW MESSAGE TABLES",
+    ] {
+        match c.prep(sql).await {
+            Ok(_) => panic!("a prepared {sql} should be refused"),
+            Err(e) => {
+                let f = Failure::of(&e);
+                assert_eq!(f.code(), Some(1295), "{f:?}");
+                assert!(format!("{f:?}").contains("text protocol"), "{f:?}");
+            }
         }
     }
     // Nor with SQL PREPARE / EXECUTE IMMEDIATE of a literal (the server would say 1064).

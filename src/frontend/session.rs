@@ -271,19 +271,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             COM_QUERY => {
                 let whole = &payload[1..];
-                let mut classification = sql::classify(whole);
+                let (statement, classification) = self.statement_inside(whole);
                 self.ctx.metrics.statement(classification.keyword);
-                // What the proxy does is decided by the statement itself, inside a `SET
-                // STATEMENT var = value FOR` wrapper (Connector/J's query timeout) if there is
-                // one; the whole is what the server gets. The variables do not apply to what
-                // msgproxy answers itself (a timeout does not end a STREAM).
-                let mut statement = whole;
-                if classification.keyword == sql::Keyword::Set {
-                    if let Some(inner) = sql::set_statement_body(whole, self.quoting()) {
-                        statement = inner;
-                        classification = sql::classify(inner);
-                    }
-                }
                 if classification.action == Action::Virtual {
                     return self.serve_virtual(statement).await;
                 }
@@ -384,7 +373,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return Ok(());
             }
             COM_PROCESS_INFO => ResponseKind::Results,
-            COM_STMT_PREPARE if sql::classify(&payload[1..]).action == Action::Virtual => {
+            COM_STMT_PREPARE
+                if self.statement_inside(&payload[1..]).1.action == Action::Virtual =>
+            {
                 // The proxy answers these itself, over the text protocol only; the server would
                 // say "syntax error", which is not the reason.
                 return self.refuse_long_command(&raw, virtual_not_prepared()).await;
@@ -519,6 +510,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// succeeded names it; anything that may have changed it otherwise (including a failed
     /// multi-statement query, whose first statements ran) makes it unknown. Costs the hot path
     /// nothing but a scan for `;` when the session has multi-statements on.
+    /// The statement that decides what the proxy does with `whole`, and its classification:
+    /// `whole` itself, or the statement inside a `SET STATEMENT var = value FOR` wrapper
+    /// (Connector/J's query timeout); the whole is what the server gets. The variables do not
+    /// apply to what msgproxy answers itself (a timeout does not end a STREAM).
+    fn statement_inside<'a>(&self, whole: &'a [u8]) -> (&'a [u8], sql::Classification) {
+        let classification = sql::classify(whole);
+        if classification.keyword == sql::Keyword::Set {
+            if let Some(inner) = sql::set_statement_body(whole, self.quoting()) {
+                return (inner, sql::classify(inner));
+            }
+        }
+        (whole, classification)
+    }
+
     fn track_current_db(&mut self, sql: &[u8], classification: sql::Classification) {
         use sql::current_db::{may_change_database, may_hold_several, use_target};
         let several = self.multi_statements && may_hold_several(sql);
