@@ -267,3 +267,42 @@ async fn a_known_database_needs_no_question() {
     }
     let _ = c.disconnect().await;
 }
+
+/// Statements in a version-gated executable comment run only on a server that new (and MariaDB
+/// skips some MySQL versions too): `/*M!999999 USE other */` changes nothing on this server, and
+/// neither does `/*M!999999 ACK m1 1 */`; the same with a version the server has runs (QA: the
+/// proxy ran both, and a following unqualified ACK acked the other database's row).
+#[tokio::test]
+async fn version_gated_comments_run_as_the_server_runs_them() {
+    let env = Env::new("msg_curdb_gate").await;
+    let other = "msg_curdb_gate_other";
+    two_databases(&env, other).await;
+    let mut c = env.proxy_conn().await;
+    assert_eq!(
+        exec(&mut c, &format!("/*M!999999 USE {other} */")).await,
+        Ok(0)
+    );
+    let db: Option<String> = c.query_first("SELECT DATABASE()").await.expect("db");
+    assert_eq!(
+        db.as_deref(),
+        Some(env.db.as_str()),
+        "the server skipped the USE"
+    );
+    assert_eq!(exec(&mut c, "ACK m1 1").await, Ok(1));
+    assert_eq!(acked_in(&env, other, 1).await, [env.db.as_str()]);
+    // Skipped: nothing acked.
+    assert_eq!(exec(&mut c, "/*M!999999 ACK m1 2 */").await, Ok(0));
+    assert_eq!(exec(&mut c, "/*!99999 ACK m1 2 */").await, Ok(0));
+    assert!(acked_in(&env, other, 2).await.is_empty());
+    // Run: every MariaDB is past 5.0.0 and 10.0.0.
+    assert_eq!(exec(&mut c, "/*!50000 ACK m1 3 */").await, Ok(1));
+    assert_eq!(exec(&mut c, "/*M!100000 ACK m1 4 */").await, Ok(1));
+    assert_eq!(acked_in(&env, other, 4).await, [env.db.as_str()]);
+    assert_eq!(
+        exec(&mut c, &format!("/*M!100000 USE {other} */")).await,
+        Ok(0)
+    );
+    assert_eq!(exec(&mut c, "ACK m1 5").await, Ok(1));
+    assert_eq!(acked_in(&env, other, 5).await, [other.to_string()]);
+    let _ = c.disconnect().await;
+}

@@ -42,6 +42,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
+    /// Whether the server would run `sql`, a statement the classifier marked virtual: always,
+    /// unless it is inside a version-gated executable comment (`/*M!999999 ACK t 1 */`), which
+    /// the server skips when it is older (and MariaDB skips some MySQL versions too). Then the
+    /// server is asked, by its own rule: `SELECT 0 /*M!999999 + 1 */`. If it would skip it, the
+    /// statement is relayed and the server answers it as the empty statement it is.
+    pub(super) async fn virtual_runs_here(&mut self, sql: &[u8]) -> Result<bool, SessionEnd> {
+        let Some(marker) = crate::sql::version_gate(sql) else {
+            return Ok(true);
+        };
+        // The marker is `/*!` or `/*M!` and ASCII digits.
+        let marker = String::from_utf8_lossy(marker);
+        Ok(matches!(
+            self.ask_server(&format!("0 {marker} + 1 */")).await?,
+            Asked::Value(Some(v)) if v == "1"
+        ))
+    }
+
     /// Answers a statement the classifier marked virtual.
     pub(super) async fn serve_virtual(&mut self, sql: &[u8]) -> Result<(), SessionEnd> {
         let statement = match crate::sql::parse_virtual_in(sql, self.quoting()) {

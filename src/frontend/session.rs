@@ -273,7 +273,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 let whole = &payload[1..];
                 let (statement, classification) = self.statement_inside(whole);
                 self.ctx.metrics.statement(classification.keyword);
-                if classification.action == Action::Virtual {
+                if classification.action == Action::Virtual
+                    && self.virtual_runs_here(statement).await?
+                {
                     return self.serve_virtual(statement).await;
                 }
                 if classification.keyword == sql::Keyword::Other

@@ -13,7 +13,7 @@ use super::{action_for, Classification, Keyword};
 /// that does not start with a word at all, is [`Keyword::Other`] and is relayed: the backend gives the right
 /// error for it. Whether it is relayed or answered by the proxy is `super::action_for`'s decision.
 pub fn classify(sql: &[u8]) -> Classification {
-    let keyword_offset = skip_to_first_word(sql);
+    let keyword_offset = skip_to_first_word(sql).0;
     let keyword = Keyword::lookup(word_at(sql, keyword_offset));
     let action = action_for(keyword, sql);
     Classification {
@@ -33,27 +33,43 @@ pub fn classify(sql: &[u8]) -> Classification {
 /// Executable comments are *not* skipped wholesale: `/*!`, `/*!40101`, `/*M!` and `/*M!100101` are markers
 /// whose content the server runs as code, so only the marker (and its version digits) is skipped and the
 /// keyword is read from inside — mysqldump's `/*!40101 SET NAMES utf8 */` is a `SET`. The `*/` closing such a
-/// comment is skipped too (`/*!*/ SELECT 1`). The version is not compared with the backend's: a server older
-/// than it ignores the content, but the statement is relayed either way, so the backend still decides.
-fn skip_to_first_word(sql: &[u8]) -> usize {
+/// comment is skipped too (`/*!*/ SELECT 1`). The version is not compared with the backend's here: a relayed
+/// statement reaches the backend, which decides; a statement the proxy would act on itself in a versioned
+/// comment is first checked with the server ([`version_gate`]).
+///
+/// Also returns the marker of the executable comment the word is in when that marker has a version
+/// (`/*!99999`, `/*M!100500`): see [`version_gate`].
+fn skip_to_first_word(sql: &[u8]) -> (usize, Option<&[u8]>) {
     let mut pos = 0;
     // Inside `/*! ... */`: its closing `*/` is then not garbage but the end of the executable comment.
     let mut in_executable = false;
+    // The open executable comment's marker, if it has version digits.
+    let mut gate: Option<&[u8]> = None;
+    let open = |start: usize, digits_from: usize| {
+        let end = skip_digits(sql, digits_from);
+        let marker = sql.get(start..end).filter(|_| end > digits_from);
+        (end, marker)
+    };
     loop {
         let rest = sql.get(pos..).unwrap_or(&[]);
         pos = match rest {
             [b, ..] if is_space(*b) || *b == b'(' => pos + 1,
             [b'/', b'*', b'!', ..] if !in_executable => {
                 in_executable = true;
-                skip_digits(sql, pos + 3)
+                let (end, marker) = open(pos, pos + 3);
+                gate = marker;
+                end
             }
             [b'/', b'*', b'M', b'!', ..] if !in_executable => {
                 in_executable = true;
-                skip_digits(sql, pos + 4)
+                let (end, marker) = open(pos, pos + 4);
+                gate = marker;
+                end
             }
             [b'/', b'*', ..] => end_of_block_comment(sql, pos + 2),
             [b'*', b'/', ..] if in_executable => {
                 in_executable = false;
+                gate = None;
                 pos + 2
             }
             [b'-', b'-', after @ ..]
@@ -64,9 +80,18 @@ fn skip_to_first_word(sql: &[u8]) -> usize {
                 end_of_line(sql, pos + 2)
             }
             [b'#', ..] => end_of_line(sql, pos + 1),
-            _ => return pos,
+            _ => return (pos, gate),
         };
     }
+}
+
+/// The marker (`/*!99999`, `/*M!100500`) of the version-gated executable comment a statement's first
+/// word is in, if it is in one. Whether the server runs that code depends on its version and its own
+/// rules (MariaDB skips some MySQL versions too), so before msgproxy answers such a statement itself,
+/// or believes the database a `USE` in it names, it asks the server (`SELECT 0 <marker> + 1 */`).
+/// `None` for plain code and unversioned `/*!` / `/*M!` comments, which always run.
+pub fn version_gate(sql: &[u8]) -> Option<&[u8]> {
+    skip_to_first_word(sql).1
 }
 
 /// The identifier-like word starting at `pos` (empty if there is none).
@@ -251,6 +276,31 @@ mod tests {
         check(b"#SELECT", Keyword::Other, 7);
         check(b"# a\n-- b\n/* c */ # d\n  begin", Keyword::Begin, 23);
         check(b"-- \xff\xfe latin1 \xe9\nrollback", Keyword::Rollback, 15);
+    }
+
+    #[test]
+    fn version_gates_are_found() {
+        let gate = |sql: &str| {
+            version_gate(sql.as_bytes()).map(|m| String::from_utf8_lossy(m).into_owned())
+        };
+        assert_eq!(gate("/*M!999999 ACK t 1 */").as_deref(), Some("/*M!999999"));
+        assert_eq!(
+            gate(" /* c */ /*!99999 STREAM * FROM t */").as_deref(),
+            Some("/*!99999")
+        );
+        assert_eq!(
+            gate("/*!40101SET workload='olap' */").as_deref(),
+            Some("/*!40101")
+        );
+        for sql in [
+            "ACK t 1",
+            "/*! ACK t 1 */",
+            "/*M! ACK t 1 */",
+            "/*!99999 */ ACK t 1",
+            "/* /*!99999 */ ACK t 1",
+        ] {
+            assert_eq!(gate(sql), None, "{sql}");
+        }
     }
 
     #[test]

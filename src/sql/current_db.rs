@@ -26,6 +26,11 @@ use super::Keyword;
 /// `;`; the name bare or in backticks). `None` for anything else, which the caller must treat as "the
 /// current database is no longer known" if the statement ran.
 pub fn use_target(statement: &[u8]) -> Option<String> {
+    // `/*M!999999 USE db */` runs only on a server that new: which database the session is in
+    // then is the server's to say.
+    if super::version_gate(statement).is_some() {
+        return None;
+    }
     let sql = trim_statement(statement);
     let mut lexer = Lexer::new(sql);
     let bytes = |start: usize, end: usize| sql.get(start..end).unwrap_or_default();

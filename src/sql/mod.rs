@@ -37,7 +37,7 @@ mod statements;
 #[cfg(test)]
 mod property_tests;
 
-pub use classify::classify;
+pub use classify::{classify, version_gate};
 pub use kill::kill_query_target;
 pub use lexer::Quoting;
 pub use prepare::prepared_text;
