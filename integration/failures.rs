@@ -7,7 +7,7 @@ use mysql_async::prelude::*;
 use mysql_async::Conn;
 
 use crate::support::process::free_port;
-use crate::support::raw::{self, RawConn};
+use crate::support::raw::{self, RawConn, RawError};
 use crate::support::{
     direct_scalar, eventually, opts, shared_setup, within, Failure, MariaDb, Proxy, Target,
 };
@@ -414,5 +414,30 @@ async fn connection_limit_bounds_backend_sessions() {
         refused > 0,
         "24 clients at once over a limit of {LIMIT}: none refused"
     );
+    proxy.assert_alive();
+}
+
+/// The backend drops the connection in the middle of a long command (here: a 32 MiB query, three
+/// packets, against a server whose max_allowed_packet is 20 MiB). msgproxy reads the rest of the
+/// command and answers 1158 after the client's last packet (sequence id 3): QA's PyMySQL client
+/// got it with sequence id 2 and reported "Packet sequence number wrong" instead.
+#[tokio::test]
+async fn backend_lost_mid_command_errors_after_the_last_packet() {
+    let server = MariaDb::start_with(&["--max-allowed-packet=20M"]);
+    let proxy = Proxy::start(&server.url("test"), &[], None);
+    let mut conn = RawConn::connect(proxy.port(), "root", "", Some("test"))
+        .await
+        .expect("log in through the proxy");
+    let mut sql = b"SELECT LENGTH('".to_vec();
+    sql.resize(sql.len() + 2 * 0xff_ffff, b'x');
+    sql.extend_from_slice(b"')");
+    conn.send_command(0x03, &sql).await.ok();
+    // send_command left the expected sequence id after the last packet it wrote (2): 3.
+    match conn.read_packet().await.map(|p| raw::parse_err(&p)) {
+        Ok(RawError::Server { code, state, .. }) => {
+            assert_eq!((code, state.as_str()), (1158, "08S01"))
+        }
+        other => panic!("expected 1158 with sequence id 3, got {other:?}"),
+    }
     proxy.assert_alive();
 }

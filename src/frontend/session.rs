@@ -421,16 +421,20 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// Sends a command to the backend: this physical packet and, for a command of 16 MiB or
     /// more, the physical packets that continue it, streamed as they arrive.
     async fn send_to_backend(&mut self, raw: &[u8]) -> Result<(), SessionEnd> {
-        let backend = self.backend.conn.get_mut();
-        backend.write_all(raw).await.map_err(SessionEnd::Backend)?;
+        // An answer (the server's, or msgproxy's own error if the backend is lost meanwhile)
+        // follows the client's last packet. If a write fails, the rest of the command is still
+        // read (and dropped), so that the error reaches a client that is reading again.
+        self.relay.next_seq = parse_header(raw).1.wrapping_add(1);
+        let mut failed = self.backend.conn.get_mut().write_all(raw).await.err();
         let mut more = is_continued(raw);
         while let Some(next) = self.next_continuation(&mut more).await? {
-            self.backend
-                .conn
-                .get_mut()
-                .write_all(&next)
-                .await
-                .map_err(SessionEnd::Backend)?;
+            self.relay.next_seq = parse_header(&next).1.wrapping_add(1);
+            if failed.is_none() {
+                failed = self.backend.conn.get_mut().write_all(&next).await.err();
+            }
+        }
+        if let Some(e) = failed {
+            return Err(SessionEnd::Backend(e));
         }
         self.backend
             .conn
@@ -438,7 +442,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .flush()
             .await
             .map_err(SessionEnd::Backend)?;
-        self.relay.next_seq = 1;
         Ok(())
     }
 
@@ -491,6 +494,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             );
             return self.refuse_long_command(last, err).await;
         }
+        // If the backend is lost while these are written, the error follows the client's last
+        // packet read so far.
+        self.relay.next_seq = parse_header(last).1.wrapping_add(1);
         let backend = self.backend.conn.get_mut();
         for p in before {
             backend.write_all(p).await.map_err(SessionEnd::Backend)?;
