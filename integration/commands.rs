@@ -445,3 +445,41 @@ async fn default_client_options_stay_on_the_proxy() {
         conn.id()
     );
 }
+
+/// A COM_CHANGE_USER with a wrong password resets the session as the server does on one (QA,
+/// with mysql2: the server cleared `@v` and kept the database; msgproxy, which refuses the change
+/// itself, left the old session as it was).
+#[tokio::test]
+async fn a_failed_change_user_resets_the_session() {
+    let (_server, proxy) = shared_setup();
+    let mut conn = RawConn::connect(proxy.port(), "root", "", Some("test"))
+        .await
+        .expect("raw connect");
+    conn.query("SET @v = 5").await.expect("SET @v");
+    // COM_CHANGE_USER: user, a 20-byte scramble that cannot be right, database, charset, plugin.
+    let mut arg = b"root\0".to_vec();
+    arg.push(20);
+    arg.extend_from_slice(&[0x5a; 20]);
+    arg.extend_from_slice(b"test\0");
+    arg.extend_from_slice(&[0x21, 0x00]);
+    arg.extend_from_slice(b"mysql_native_password\0");
+    conn.send_command(0x11, &arg).await.expect("send");
+    let reply = within(10, "COM_CHANGE_USER", conn.read_packet())
+        .await
+        .expect("reply");
+    match raw::parse_err(&reply) {
+        raw::RawError::Server { code, .. } => assert_eq!(code, 1045),
+        other => panic!("expected access denied, got {other:?}"),
+    }
+    let rows = conn
+        .query("SELECT CONCAT(IFNULL(@v, 'none'), '/', DATABASE())")
+        .await
+        .expect("the session goes on");
+    assert!(
+        rows.iter().any(|p| p.windows(9).any(|w| w == b"none/test")),
+        "@v cleared, database kept: {:?}",
+        rows.iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect::<Vec<_>>()
+    );
+}

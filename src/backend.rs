@@ -305,18 +305,26 @@ impl Backend {
 
     /// COM_PING; keeps an idle connection from the server's `wait_timeout`.
     pub async fn ping(&mut self) -> Result<(), BackendError> {
-        packet::write_packet(
-            self.conn.get_mut(),
-            0,
-            &[crate::protocol::commands::COM_PING],
-        )
-        .await?;
+        self.simple_command(crate::protocol::commands::COM_PING)
+            .await
+    }
+
+    /// `COM_RESET_CONNECTION`: the session as after a fresh login (user variables, temporary
+    /// tables, prepared statements and an open transaction gone), its database kept.
+    pub async fn reset_connection(&mut self) -> Result<(), BackendError> {
+        self.simple_command(crate::protocol::commands::COM_RESET_CONNECTION)
+            .await
+    }
+
+    /// Sends a command without arguments and reads its OK.
+    async fn simple_command(&mut self, command: u8) -> Result<(), BackendError> {
+        packet::write_packet(self.conn.get_mut(), 0, &[command]).await?;
         let reply = self.conn.next_logical_packet(1 << 20).await?;
         match reply.payload.first() {
             Some(&wire::OK_HEADER) => Ok(()),
             Some(&wire::ERR_HEADER) => Err(BackendError::Refused(
                 ErrorPacket::parse(&reply.payload)
-                    .unwrap_or_else(|| ErrorPacket::new(0, "HY000", "ping failed")),
+                    .unwrap_or_else(|| ErrorPacket::new(0, "HY000", "command failed")),
             )),
             _ => Err(BackendError::Protocol),
         }

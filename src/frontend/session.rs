@@ -697,6 +697,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let client = self.client.get_mut();
         if !check_password(&self.ctx, &user, plugin, &self.nonce, &response) {
             self.ctx.metrics.login_failed();
+            // The server resets the session on a failed COM_CHANGE_USER too (user variables,
+            // temporary tables, prepared statements go; the database stays): so does msgproxy.
+            if let Err(e) = self.backend.reset_connection().await {
+                return Err(SessionEnd::Backend(std::io::Error::other(e.to_string())));
+            }
+            self.risky_prepared = false;
+            self.prepared_writes = Default::default();
+            self.pending_notify.clear();
+            let client = self.client.get_mut();
             let err = access_denied(&user, self.peer, !response.is_empty());
             write_packet(client, seq, &err.encode(true))
                 .await
