@@ -1,6 +1,7 @@
 //! The front door: the accept loop (connection limit, back-off on accept errors, graceful
 //! shutdown) and, in submodules, everything one client session does.
 
+mod change_user;
 mod interrupts;
 mod login;
 mod messages;

@@ -8,13 +8,14 @@ use mysql_common::constants::CapabilityFlags;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, warn};
 
+use super::change_user::ChangeUser;
 use super::login::{access_denied, auth_switch_request, check_password, checkable_plugin};
 use super::Context;
 use crate::backend::{Backend, LoginReply};
 use crate::protocol::auth::Plugin;
 use crate::protocol::commands::*;
 use crate::protocol::packet::{parse_header, write_packet, PacketReader, MAX_PAYLOAD};
-use crate::protocol::wire::{self, ErrorPacket, Reader};
+use crate::protocol::wire::{self, ErrorPacket};
 use crate::relay::{Relay, RelayError, ResponseKind};
 use crate::sql::{self, Action};
 
@@ -754,52 +755,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
         }
         Ok(())
-    }
-}
-
-/// The fields of a COM_CHANGE_USER packet.
-struct ChangeUser<'a> {
-    user: &'a [u8],
-    auth_response: &'a [u8],
-    database: &'a [u8],
-    charset: Option<u16>,
-    plugin: Option<&'a [u8]>,
-    connect_attrs: Option<&'a [u8]>,
-}
-
-impl<'a> ChangeUser<'a> {
-    fn parse(payload: &'a [u8], caps: CapabilityFlags) -> Option<ChangeUser<'a>> {
-        let mut r = Reader::new(payload.get(1..)?);
-        let user = r.null_terminated()?;
-        let auth_response = if caps.contains(CapabilityFlags::CLIENT_SECURE_CONNECTION) {
-            let n = r.u8()? as usize;
-            r.bytes(n)?
-        } else {
-            r.null_terminated()?
-        };
-        let database = r.null_terminated_or_rest();
-        let charset = if r.is_empty() { None } else { r.u16() };
-        let plugin = if caps.contains(CapabilityFlags::CLIENT_PLUGIN_AUTH) && !r.is_empty() {
-            Some(r.null_terminated_or_rest())
-        } else {
-            None
-        };
-        let connect_attrs = if caps.contains(CapabilityFlags::CLIENT_CONNECT_ATTRS) && !r.is_empty()
-        {
-            let start = r.remaining();
-            r.lenenc_bytes()?;
-            Some(&start[..start.len() - r.remaining().len()])
-        } else {
-            None
-        };
-        Some(ChangeUser {
-            user,
-            auth_response,
-            database,
-            charset,
-            plugin,
-            connect_attrs,
-        })
     }
 }
 
