@@ -286,8 +286,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     // `PREPARE s FROM 'ACK t 1'`: the server would call it a syntax error.
                     return self.reply_error(virtual_not_prepared()).await;
                 }
+                // The `@@socket` rewrite reads a plain SELECT only (not one in SET STATEMENT).
+                let wrapped = statement.len() != whole.len();
                 let rewritten = match classification.keyword {
-                    sql::Keyword::Select if statement.len() == whole.len() => sql::rewrite(whole),
+                    sql::Keyword::Select if !wrapped => sql::rewrite(whole),
                     _ => None,
                 };
                 match rewritten {
@@ -330,8 +332,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 // next unqualified ACK/STREAM asks. Prepared statements are gone.
                 self.relay_command(&raw, ResponseKind::Single).await?;
                 self.current_db = CurrentDb::Unknown;
-                self.risky_prepared = false;
-                self.prepared_writes = Default::default();
+                self.forget_session_state();
                 return Ok(());
             }
             COM_SET_OPTION => {
@@ -515,10 +516,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Ok(())
     }
 
-    /// After a relayed COM_QUERY: what it did to the current database. A plain `USE db` that
-    /// succeeded names it; anything that may have changed it otherwise (including a failed
-    /// multi-statement query, whose first statements ran) makes it unknown. Costs the hot path
-    /// nothing but a scan for `;` when the session has multi-statements on.
     /// The statement that decides what the proxy does with `whole`, and its classification:
     /// `whole` itself, or the statement inside a `SET STATEMENT var = value FOR` wrapper
     /// (Connector/J's query timeout); the whole is what the server gets. The variables do not
@@ -533,6 +530,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         (whole, classification)
     }
 
+    /// The server started the session afresh (COM_RESET_CONNECTION, COM_CHANGE_USER, or one
+    /// refused): its prepared statements are gone, and an open transaction with them.
+    fn forget_session_state(&mut self) {
+        self.risky_prepared = false;
+        self.prepared_writes = Default::default();
+        self.pending_notify.clear();
+    }
+
+    /// After a relayed COM_QUERY: what it did to the current database. A plain `USE db` that
+    /// succeeded names it; anything that may have changed it otherwise (including a failed
+    /// multi-statement query, whose first statements ran) makes it unknown. Costs the hot path
+    /// nothing but a scan for `;` when the session has multi-statements on.
     fn track_current_db(&mut self, sql: &[u8], classification: sql::Classification) {
         use sql::current_db::{may_change_database, may_hold_several, use_target};
         let several = self.multi_statements && may_hold_several(sql);
@@ -703,9 +712,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             if let Err(e) = self.backend.reset_connection().await {
                 return Err(SessionEnd::Backend(std::io::Error::other(e.to_string())));
             }
-            self.risky_prepared = false;
-            self.prepared_writes = Default::default();
-            self.pending_notify.clear();
+            self.forget_session_state();
             let client = self.client.get_mut();
             let err = access_denied(&user, self.peer, !response.is_empty());
             write_packet(client, seq, &err.encode(true))
@@ -728,7 +735,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             )
             .await
             .map_err(|e| SessionEnd::Backend(std::io::Error::other(e.to_string())))?;
-        let client = self.client.get_mut();
         match reply {
             LoginReply::Ok(ok) => {
                 self.relay = Relay::new(
@@ -737,19 +743,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 );
                 self.user = user;
                 self.current_db = CurrentDb::named(request.database);
-                self.risky_prepared = false;
                 self.multi_statements = self
                     .capabilities
                     .contains(CapabilityFlags::CLIENT_MULTI_STATEMENTS);
-                self.pending_notify.clear();
-                // The server deallocated the session's prepared statements.
-                self.prepared_writes = Default::default();
-                write_packet(client, seq, &ok)
+                self.forget_session_state();
+                write_packet(self.client.get_mut(), seq, &ok)
                     .await
                     .map_err(SessionEnd::Client)?;
             }
             LoginReply::Err(err) => {
-                write_packet(client, seq, &err)
+                write_packet(self.client.get_mut(), seq, &err)
                     .await
                     .map_err(SessionEnd::Client)?;
             }

@@ -47,7 +47,7 @@ pub enum StreamEnd {
     /// The stream never started (the server refused the column query); the error was sent and
     /// the session goes on.
     Refused,
-    /// The client went away, or the stream ended with an error already sent: close the session.
+    /// The client went away, or msgproxy is shutting down (its error sent): close the session.
     Closed,
     /// `KILL QUERY` ended the stream with error 1317, already sent: the session goes on.
     Interrupted,

@@ -4,7 +4,7 @@
 //! statement (answer `ACK` or `STREAM` itself, notice a write to a message table, reload after DDL)
 //! must look inside the wrapper.
 
-use super::lexer::{trim_statement, Lexer, Quoting, Token, TokenKind};
+use super::lexer::{self, trim_statement, Lexer, Quoting, Token, TokenKind};
 
 /// The statement a `SET STATEMENT ... FOR statement` runs (from just after `FOR` to the end),
 /// lexed with the session's `quoting` (the values may be strings). `None` for anything else,
@@ -13,11 +13,14 @@ pub fn set_statement_body(sql: &[u8], quoting: Quoting) -> Option<&[u8]> {
     let sql = trim_statement(sql);
     let mut lexer = Lexer::with_quoting(sql, quoting);
     let is_word = |token: Token, word: &str| {
-        token.kind == TokenKind::Word
-            && !token.after_dot
-            && sql
-                .get(token.start..token.end)
-                .is_some_and(|w| w.eq_ignore_ascii_case(word.as_bytes()))
+        !token.after_dot
+            && lexer::is_word(
+                (
+                    token.kind,
+                    sql.get(token.start..token.end).unwrap_or_default(),
+                ),
+                word,
+            )
     };
     if !is_word(lexer.next_token(), "set") || !is_word(lexer.next_token(), "statement") {
         return None;
