@@ -363,6 +363,54 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
     server.stop();
 }
 
+/// While the backend is down, the background jobs that fail on every tick (the purge every
+/// `vt_poller_interval`, here each second) log the start of the outage and its end, not one
+/// line per tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_is_logged_at_its_start_and_end_not_per_tick() {
+    let env = Env::private("fault_outage_log").await;
+    let server = env.server;
+    env.ddl(&table_sql("quiet", "30", 10, "1", "varchar(50)"))
+        .await;
+    let job = format!("purging `{}`.`quiet`", env.db);
+    // The table is loaded, and purged each second, before the outage.
+    crate::support::wait_for_log(&env.proxy, "`.`quiet` loaded", 10).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    server.stop();
+    crate::support::wait_for_log(&env.proxy, &format!("{job} failed"), 10).await;
+    // Five more ticks with the server away.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    server.restart();
+    crate::support::wait_for_log(&env.proxy, &format!("{job} works again"), 10).await;
+
+    let log = env.proxy.log();
+    let failures = log.matches(&format!("{job} failed")).count();
+    let recovered: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&format!("{job} works again")))
+        .collect();
+    assert_eq!(
+        (failures, recovered.len()),
+        (1, 1),
+        "one line at the outage's start, one at its end; the log:\n{log}"
+    );
+    // How many ticks failed is in the line that ends the run.
+    let count: u64 = recovered[0]
+        .split("after ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no failure count in {:?}", recovered[0]));
+    assert!(
+        count >= 4,
+        "{count} failures counted over ~6 s of ticks: {}",
+        recovered[0]
+    );
+    env.proxy.assert_alive();
+    server.stop();
+}
+
 fn counts_of(items: &[String]) -> BTreeMap<&str, usize> {
     let mut out = BTreeMap::new();
     for i in items {

@@ -14,11 +14,15 @@ use tracing::{info, warn};
 
 use super::manager::TableManager;
 use super::options;
+use super::repeated_failure::RepeatedFailure;
 use super::table::{self, ColumnInfo};
 use crate::config::BackendTarget;
 
 /// How often the registry is reloaded to pick up DDL made around the proxy.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The reload, as its failures are logged.
+const RELOAD_JOB: &str = "loading the message tables";
 
 /// What the registry knows about a table name.
 pub enum Lookup {
@@ -48,6 +52,9 @@ pub struct Engine {
     /// every committed row change reaches the managers from the binlog, so a write relayed
     /// through the proxy needs no poll of its own.
     binlog_following: AtomicBool,
+    /// A run of failed reloads (the backend away), logged once a minute, not every
+    /// [`RELOAD_INTERVAL`].
+    reload_failures: RepeatedFailure,
 }
 
 impl Engine {
@@ -70,9 +77,10 @@ impl Engine {
             shutdown,
             reload_lock: tokio::sync::Mutex::new(()),
             binlog_following: AtomicBool::new(false),
+            reload_failures: RepeatedFailure::default(),
         });
         if let Err(e) = engine.reload().await {
-            warn!("cannot load message tables yet ({e}); retrying every {RELOAD_INTERVAL:?}");
+            engine.reload_failures.failed(RELOAD_JOB, e);
         }
         let periodic = engine.clone();
         tokio::spawn(async move { periodic.reload_periodically().await });
@@ -85,8 +93,9 @@ impl Engine {
                 _ = tokio::time::sleep(RELOAD_INTERVAL) => {}
                 _ = self.shutdown.cancelled() => break,
             }
-            if let Err(e) = self.reload().await {
-                warn!("reloading message tables failed: {e}");
+            match self.reload().await {
+                Ok(()) => self.reload_failures.succeeded(RELOAD_JOB),
+                Err(e) => self.reload_failures.failed(RELOAD_JOB, e),
             }
         }
         for entry in self

@@ -15,9 +15,10 @@ use mysql_async::{Pool, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::cache::{DueCache, Entry};
+use super::repeated_failure::RepeatedFailure;
 use super::schedule::Schedule;
 use super::state;
 use super::table::MessageTable;
@@ -56,6 +57,9 @@ pub struct TableManager {
     polls: AtomicU64,
     /// What the table has done (sent, acked, ...), for metrics and `SHOW MESSAGE TABLES`.
     stats: super::stats::TableStats,
+    /// Runs of failed polls and purges (the backend away), logged once a minute, not per tick.
+    poll_failures: RepeatedFailure,
+    purge_failures: RepeatedFailure,
 }
 
 struct State {
@@ -356,6 +360,8 @@ impl TableManager {
             next_subscriber_id: AtomicU64::new(1),
             polls: AtomicU64::new(0),
             stats: super::stats::TableStats::default(),
+            poll_failures: RepeatedFailure::default(),
+            purge_failures: RepeatedFailure::default(),
         });
         let runner = manager.clone();
         tokio::spawn(async move { runner.run().await });
@@ -754,7 +760,8 @@ impl TableManager {
         let (rows, soon) = match polled {
             Ok(r) => r,
             Err(e) => {
-                warn!("polling {} failed: {e}", def.qualified());
+                self.poll_failures
+                    .failed(format_args!("polling {}", def.qualified()), e);
                 let mut state = self.lock();
                 state.changed_during_poll = None;
                 state.replay.clear();
@@ -762,6 +769,8 @@ impl TableManager {
                 return;
             }
         };
+        self.poll_failures
+            .succeeded(format_args!("polling {}", def.qualified()));
         debug!(table = %def.qualified(), rows = rows.len(), elapsed = ?started.elapsed(), "polled");
         let interval = super::backoff::duration_ns(def.options.poller_interval);
         let again = self
@@ -777,14 +786,16 @@ impl TableManager {
     /// Deletes acked rows older than `vt_purge_after` (see `purge`).
     async fn purge(&self) {
         let def = self.definition();
-        match self.pool.get_conn().await {
+        let purged = match self.pool.get_conn().await {
             Ok(mut conn) => {
                 super::purge::acked_rows(&mut conn, &def, &self.stats, &self.stop).await
             }
-            Err(e) => warn!(
-                "purging {} failed: cannot reach the backend: {e}",
-                def.qualified()
-            ),
+            Err(e) => Err(e),
+        };
+        let job = format!("purging {}", def.qualified());
+        match purged {
+            Ok(()) => self.purge_failures.succeeded(job),
+            Err(e) => self.purge_failures.failed(job, e),
         }
     }
 }

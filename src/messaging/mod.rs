@@ -7,6 +7,7 @@ pub mod manager;
 pub mod options;
 pub mod poll;
 pub mod purge;
+pub mod repeated_failure;
 pub mod schedule;
 pub mod state;
 pub mod stats;

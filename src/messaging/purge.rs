@@ -4,7 +4,6 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
 
 use super::manager::value_bytes;
 use super::state;
@@ -20,7 +19,7 @@ pub async fn acked_rows(
     def: &MessageTable,
     stats: &TableStats,
     stop: &CancellationToken,
-) {
+) -> Result<(), mysql_async::Error> {
     let cutoff = state::now_ns()
         .saturating_sub(def.options.purge_after.as_nanos().min(i64::MAX as u128) as i64);
     // Two steps, so the purge locks only the rows it deletes: a plain (non-locking) read
@@ -36,36 +35,27 @@ pub async fn acked_rows(
     );
     loop {
         if stop.is_cancelled() {
-            return;
+            return Ok(());
         }
-        let keys: Vec<Value> = match conn.query(&find).await {
-            Ok(keys) => keys,
-            Err(e) => {
-                warn!("purging {} failed: {e}", def.qualified());
-                return;
-            }
-        };
+        let keys: Vec<Value> = conn.query(&find).await?;
         let found = keys.len() as u64;
         let keys: Vec<Box<[u8]>> = keys.into_iter().filter_map(value_bytes).collect();
         let Some(ids) = def.ids_sql(keys.iter().map(|k| &k[..])) else {
-            return;
+            return Ok(());
         };
         let delete = format!(
             "DELETE FROM {} WHERE {ids} AND {}",
             def.qualified(),
             state::purgeable_sql(cutoff)
         );
-        if let Err(e) = conn.query_drop(&delete).await {
-            warn!("purging {} failed: {e}", def.qualified());
-            return;
-        }
+        conn.query_drop(&delete).await?;
         let deleted = conn.affected_rows();
         stats.record_purged(deleted);
         // A batch that deleted nothing (its rows were named by keys this session cannot
         // reach, or purged meanwhile by another proxy) would be found again at once: stop
         // until the next tick rather than spin.
         if found < PURGE_BATCH || deleted == 0 {
-            return;
+            return Ok(());
         }
     }
 }
