@@ -1,5 +1,6 @@
 //! Tests of the manager's state: the replay of recent changes around a poll.
 
+use super::manager_state::{MAX_RECENT, RECENT_WINDOW_NS};
 use super::*;
 
 const MS: i64 = 1_000_000;
