@@ -424,6 +424,7 @@ impl Proxy {
         tag: &str,
         log_filter: &str,
     ) -> Result<Proxy, String> {
+        let config = proxy_users_config(backend_url, work, tag)?;
         let mut last_err = String::new();
         for _ in 0..3 {
             let port = free_port()?;
@@ -434,6 +435,9 @@ impl Proxy {
                 .arg(backend_url)
                 .current_dir(work)
                 .env("MSGPROXY_LOG", log_filter);
+            if let Some(config) = &config {
+                cmd.arg("--config").arg(config);
+            }
             let mut process = spawn_owned(cmd, work.join(format!("msgproxy-{tag}.log")))?;
             match wait_for_greeting(&mut process, port, "msgproxy", Duration::from_secs(20)) {
                 Ok(()) => return Ok(Proxy { process, port }),
@@ -442,6 +446,43 @@ impl Proxy {
         }
         Err(last_err)
     }
+}
+
+/// The bench's clients log in to the proxy with the backend's credentials. With no users
+/// configured the proxy takes only `root` without a password, so for any other account (a
+/// `--backend` server's) this writes a config file with that one user, and returns its path.
+fn proxy_users_config(
+    backend_url: &str,
+    work: &Path,
+    tag: &str,
+) -> Result<Option<PathBuf>, String> {
+    let target = Target::parse(backend_url)?;
+    if target.user == "root" && target.password.is_empty() {
+        return Ok(None);
+    }
+    let path = work.join(format!("msgproxy-{tag}.toml"));
+    let toml = format!(
+        "[[users]]\nname = {}\npassword = {}\n",
+        toml_string(&target.user),
+        toml_string(&target.password)
+    );
+    fs::write(&path, toml).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(Some(path))
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Peak and current resident memory of a process, in KiB (`VmHWM`, `VmRSS`).
@@ -475,4 +516,18 @@ pub fn cpu_seconds(pid: u32) -> f64 {
 fn clock_ticks() -> f64 {
     // sysconf(_SC_CLK_TCK) is 100 on every Linux this runs on.
     100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_strings_round_trip() {
+        for s in ["app", "p\"a\\ss", "tab\there", "ünïcode"] {
+            let doc = format!("v = {}", toml_string(s));
+            let table: toml::Table = toml::from_str(&doc).unwrap();
+            assert_eq!(table["v"].as_str(), Some(s), "{doc}");
+        }
+    }
 }
