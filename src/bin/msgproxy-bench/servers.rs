@@ -451,7 +451,7 @@ impl Proxy {
 /// The bench's clients log in to the proxy with the backend's credentials. With no users
 /// configured the proxy takes only `root` without a password, so for any other account (a
 /// `--backend` server's) this writes a config file with that one user, and returns its path.
-fn proxy_users_config(
+pub fn proxy_users_config(
     backend_url: &str,
     work: &Path,
     tag: &str,

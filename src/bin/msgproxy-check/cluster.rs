@@ -138,6 +138,11 @@ impl Cluster {
         let p = &mut self.proxies[i];
         p.starts += 1;
         let log = std::env::var("MSGPROXY_LOG").unwrap_or_else(|_| "warn".into());
+        let config = servers::proxy_users_config(
+            &self.direct.url(),
+            &self.work,
+            &proxy_name(i).to_string(),
+        )?;
         let mut last_err = String::new();
         for _ in 0..5 {
             let mut cmd = Command::new(&self.proxy_bin);
@@ -147,6 +152,9 @@ impl Cluster {
                 .arg(self.direct.url())
                 .current_dir(&self.work)
                 .env("MSGPROXY_LOG", &log);
+            if let Some(config) = &config {
+                cmd.arg("--config").arg(config);
+            }
             let log_file = self
                 .work
                 .join(format!("msgproxy-{}-{}.log", proxy_name(i), p.starts));
