@@ -11,14 +11,13 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use bytes::BytesMut;
-
-/// The rows a claim keeps, within `budget` bytes.
-pub struct ClaimBudget {
+/// The rows a claim keeps, within `budget` bytes. A row is whatever the claim keeps of it (`R`),
+/// offered with the bytes it holds.
+pub struct ClaimBudget<R> {
     budget: usize,
     bytes: usize,
     /// Worst-placed on top, the first to go when the budget is exceeded.
-    kept: BinaryHeap<Placed>,
+    kept: BinaryHeap<Placed<R>>,
     /// The best place of any row left out: rows placed after it are left out too.
     cutoff: usize,
     left_out: Vec<Box<[u8]>>,
@@ -26,38 +25,39 @@ pub struct ClaimBudget {
 }
 
 /// A kept row: its place in the batch (ties, which well-formed batches do not have, in the
-/// order the rows came), its key and its payload.
-struct Placed {
+/// order the rows came), its key, the row and its size.
+struct Placed<R> {
     place: (usize, usize),
     key: Box<[u8]>,
-    row: BytesMut,
+    row: R,
+    size: usize,
 }
 
-impl PartialEq for Placed {
+impl<R> PartialEq for Placed<R> {
     fn eq(&self, other: &Self) -> bool {
         self.place == other.place
     }
 }
 
-impl Eq for Placed {}
+impl<R> Eq for Placed<R> {}
 
-impl PartialOrd for Placed {
+impl<R> PartialOrd for Placed<R> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for Placed {
+impl<R> Ord for Placed<R> {
     fn cmp(&self, other: &Self) -> Ordering {
         self.place.cmp(&other.place)
     }
 }
 
-/// A row the claim keeps: its place in the batch, its key, its payload.
-pub type KeptRow = (usize, Box<[u8]>, BytesMut);
+/// A row the claim keeps: its place in the batch, its key, the row.
+pub type KeptRow<R> = (usize, Box<[u8]>, R);
 
-impl ClaimBudget {
-    pub fn new(budget: usize) -> ClaimBudget {
+impl<R> ClaimBudget<R> {
+    pub fn new(budget: usize) -> ClaimBudget<R> {
         ClaimBudget {
             budget,
             bytes: 0,
@@ -68,26 +68,32 @@ impl ClaimBudget {
         }
     }
 
-    /// Takes the row with `key`, placed `place` in the batch's sending order (0 first).
-    pub fn offer(&mut self, place: usize, key: Box<[u8]>, row: BytesMut) {
+    /// Takes the row with `key`, placed `place` in the batch's sending order (0 first), holding
+    /// `size` bytes.
+    pub fn offer(&mut self, place: usize, key: Box<[u8]>, row: R, size: usize) {
         let place = (place, self.offered);
         self.offered += 1;
         if place.0 > self.cutoff && !self.kept.is_empty() {
             self.left_out.push(key);
             return;
         }
-        self.bytes += row.len();
-        self.kept.push(Placed { place, key, row });
+        self.bytes += size;
+        self.kept.push(Placed {
+            place,
+            key,
+            row,
+            size,
+        });
         while self.bytes > self.budget && self.kept.len() > 1 {
             let worst = self.kept.pop().expect("more than one row is kept");
-            self.bytes -= worst.row.len();
+            self.bytes -= worst.size;
             self.cutoff = self.cutoff.min(worst.place.0);
             self.left_out.push(worst.key);
         }
     }
 
     /// The kept rows in the batch's sending order, and the keys of the rows left out.
-    pub fn finish(self) -> (Vec<KeptRow>, Vec<Box<[u8]>>) {
+    pub fn finish(self) -> (Vec<KeptRow<R>>, Vec<Box<[u8]>>) {
         let kept = self
             .kept
             .into_sorted_vec()
@@ -108,7 +114,7 @@ mod tests {
         let mut b = ClaimBudget::new(budget);
         for &(place, size) in rows {
             let key: Box<[u8]> = place.to_string().into_bytes().into();
-            b.offer(place, key, BytesMut::from(&vec![b'x'; size][..]));
+            b.offer(place, key, (), size);
         }
         let (kept, left_out) = b.finish();
         let place_of = |k: &[u8]| std::str::from_utf8(k).unwrap().parse().unwrap();

@@ -347,15 +347,16 @@ async fn claim(
     let places: HashMap<&[u8], usize> = keys.iter().enumerate().map(|(i, k)| (*k, i)).collect();
     let mut budget = ClaimBudget::new(CLAIM_BYTES);
     let mut malformed = false;
-    let mut keep = |row: BytesMut| {
-        let key: Option<Box<[u8]>> = wire::text_row_values(&row)
-            .and_then(|values| values.get(stream_columns).copied().flatten().map(Box::from));
-        let Some(key) = key else {
+    let mut keep = |mut row: BytesMut| {
+        let Some((key, epoch, keep)) = split_selected_row(&row, stream_columns) else {
             malformed = true;
             return;
         };
         let at = places.get(&key[..]).copied().unwrap_or(usize::MAX);
-        budget.offer(at, key, row);
+        // The budget counts what the row holds in memory; the client gets the stream columns.
+        let size = row.len();
+        row.truncate(keep);
+        budget.offer(at, key, (row, epoch), size);
     };
     let (started, selected) = pipeline(
         backend,
@@ -398,15 +399,7 @@ async fn claim(
     let (rows, left_out) = budget.finish();
     let mut claimed = Vec::with_capacity(rows.len());
     let mut cases = String::new();
-    for (place, key, mut row) in rows {
-        let values =
-            wire::text_row_values(&row).ok_or(BatchError::Backend(BackendError::Protocol))?;
-        let Some(epoch) = values.get(stream_columns + 1) else {
-            return Err(BatchError::Backend(BackendError::Protocol));
-        };
-        let epoch = epoch
-            .and_then(|e| std::str::from_utf8(e).ok())
-            .map_or(0, parse_epoch);
+    for (place, key, (row, epoch)) in rows {
         let Some(literal) = def.id_literal(&key) else {
             warn!(
                 "{}: cannot form a literal for id key {:?}; skipping the row",
@@ -417,9 +410,6 @@ async fn claim(
         };
         let time_next = backoff::next_time_next(now, epoch, &def.options, backoff::random_jitter());
         cases.push_str(&format!(" WHEN {literal} THEN {time_next}"));
-        let keep = wire::text_row_prefix_len(&row, stream_columns)
-            .ok_or(BatchError::Backend(BackendError::Protocol))?;
-        row.truncate(keep);
         claimed.push(Claimed {
             place,
             row,
@@ -445,6 +435,20 @@ async fn claim(
     expect_ok(backend, deprecate_eof, updated).await?;
     expect_ok(backend, deprecate_eof, committed).await?;
     Ok((claimed, left_out))
+}
+
+/// A row of the claim's SELECT (the stream columns, the id key, the epoch), read once: its key,
+/// its epoch, and the length of its stream columns, which are what the client gets. `None` when
+/// the row does not have that shape.
+fn split_selected_row(row: &[u8], stream_columns: usize) -> Option<(Box<[u8]>, i64, usize)> {
+    let (keep, rest) = wire::text_row_split(row, stream_columns)?;
+    let [Some(key), epoch] = rest[..] else {
+        return None;
+    };
+    let epoch = epoch
+        .and_then(|e| std::str::from_utf8(e).ok())
+        .map_or(0, parse_epoch);
+    Some((Box::from(key), epoch, keep))
 }
 
 /// A row's `epoch` as the claim's SELECT returned it. An unsigned column may hold more than an

@@ -289,6 +289,14 @@ pub fn text_row_prefix_len(payload: &[u8], n: usize) -> Option<usize> {
     Some(payload.len() - r.remaining().len())
 }
 
+/// A text-protocol row split after its first `n` values: their length, and the values after
+/// them. One pass over the row, for a caller that needs both.
+pub fn text_row_split(payload: &[u8], n: usize) -> Option<(usize, Vec<Option<&[u8]>>)> {
+    let prefix = text_row_prefix_len(payload, n)?;
+    let rest = text_row_values(&payload[prefix..])?;
+    Some((prefix, rest))
+}
+
 #[cfg(test)]
 mod row_tests {
     use super::*;
@@ -302,6 +310,9 @@ mod row_tests {
         let values = text_row_values(&row).unwrap();
         assert_eq!(values, vec![Some(&b"12"[..]), None, Some(&b"abc"[..])]);
         assert_eq!(text_row_prefix_len(&row, 2), Some(4));
+        assert_eq!(text_row_split(&row, 2), Some((4, vec![Some(&b"abc"[..])])));
+        assert_eq!(text_row_split(&row, 3), Some((row.len(), vec![])));
+        assert_eq!(text_row_split(&row, 4), None);
         assert_eq!(text_row_values(&row[..row.len() - 1]), None);
     }
 }
