@@ -6,8 +6,13 @@
 //! found again by the poller. That is why a full cache may simply drop what sorts last.
 //!
 //! Order: `priority` ascending (lower is sent first), then `time_next` ascending (oldest first; callers map a NULL
-//! `time_next` to 0), then the key, so that the order is total and repeatable.
+//! `time_next` to 0), then the key, so that the order is total and repeatable. Keys go shorter first, then byte by
+//! byte: a number's key is its decimal text, so rows that are due together (every new row has the same
+//! `time_next`, 0) go out in the order of their ids — 2 before 10, as a queue's users expect of auto-increment ids
+//! — where plain text order would send 10 to 19 and 100 to 199 before 2. (Negative numbers are not in numeric
+//! order; other keys, the hex of a string's bytes, go shorter first.)
 
+use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
 
 /// One due row: its id key (see `table::MessageTable::key_sql`) and what orders it.
@@ -21,7 +26,27 @@ pub struct Entry {
 }
 
 /// The sort key: `(priority, time_next, key)`.
-type Slot = (i64, i64, Box<[u8]>);
+type Slot = (i64, i64, SortKey);
+
+/// A key in sending order: shorter first, then byte by byte (see the module doc).
+#[derive(Debug, PartialEq, Eq)]
+struct SortKey(Box<[u8]>);
+
+impl Ord for SortKey {
+    fn cmp(&self, other: &Self) -> Ordering {
+        key_order(&self.0, &other.0)
+    }
+}
+
+impl PartialOrd for SortKey {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+fn key_order(a: &[u8], b: &[u8]) -> Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
 
 /// The bounded, deduplicated, ordered set of due rows of one table. Every operation is O(log n).
 ///
@@ -58,25 +83,28 @@ impl DueCache {
         if let Some(old) = self.index.get_mut(&key) {
             // Updating in place keeps the size, so it never needs an eviction.
             let (old_priority, old_time_next) = std::mem::replace(old, (priority, time_next));
-            let old_slot = (old_priority, old_time_next, key);
+            let old_slot = (old_priority, old_time_next, SortKey(key));
             self.order.remove(&old_slot);
             self.order.insert((priority, time_next, old_slot.2));
             return true;
         }
         if self.order.len() >= self.capacity {
             let sorts_before_last = match self.order.last() {
-                Some((p, t, k)) => (priority, time_next, &*key) < (*p, *t, &**k),
+                Some((p, t, k)) => (priority, time_next)
+                    .cmp(&(*p, *t))
+                    .then_with(|| key_order(&key, &k.0))
+                    .is_lt(),
                 None => false, // capacity 0
             };
             if !sorts_before_last {
                 return false;
             }
             if let Some((_, _, evicted)) = self.order.pop_last() {
-                self.index.remove(&evicted);
+                self.index.remove(&evicted.0);
             }
         }
         self.index.insert(key.clone(), (priority, time_next));
-        self.order.insert((priority, time_next, key));
+        self.order.insert((priority, time_next, SortKey(key)));
         true
     }
 
@@ -84,7 +112,7 @@ impl DueCache {
     pub fn pop_batch(&mut self, n: usize) -> Vec<Entry> {
         let mut batch = Vec::with_capacity(n.min(self.order.len()));
         while batch.len() < n {
-            let Some((priority, time_next, key)) = self.order.pop_first() else {
+            let Some((priority, time_next, SortKey(key))) = self.order.pop_first() else {
                 break;
             };
             self.index.remove(&key);
@@ -101,7 +129,7 @@ impl DueCache {
     pub fn remove(&mut self, key: &[u8]) -> bool {
         match self.index.remove_entry(key) {
             Some((key, (priority, time_next))) => {
-                self.order.remove(&(priority, time_next, key));
+                self.order.remove(&(priority, time_next, SortKey(key)));
                 true
             }
             None => false,
@@ -164,7 +192,7 @@ mod tests {
         assert_eq!(c.order.len(), c.index.len());
         assert!(c.len() <= c.capacity());
         for (p, t, k) in &c.order {
-            assert_eq!(c.index.get(k), Some(&(*p, *t)));
+            assert_eq!(c.index.get(&k.0), Some(&(*p, *t)));
         }
     }
 
@@ -188,6 +216,25 @@ mod tests {
         assert_eq!(last, [e("a", 1, 0)]);
         assert!(c.is_empty());
         check(&c);
+    }
+
+    #[test]
+    fn numeric_ids_due_together_go_in_numeric_order() {
+        let mut c = DueCache::new(100);
+        for id in [10, 2, 100, 1, 11, 19, 3, 20] {
+            c.insert(e(&id.to_string(), 0, 0));
+        }
+        check(&c);
+        assert_eq!(
+            keys(&c.pop_batch(100)),
+            ["1", "2", "3", "10", "11", "19", "20", "100"]
+        );
+        // A full cache keeps the lowest ids, as the poller's LIMIT (in index order) does.
+        let mut c = DueCache::new(3);
+        for id in (1..=30).rev() {
+            c.insert(e(&id.to_string(), 0, 0));
+        }
+        assert_eq!(keys(&c.pop_batch(10)), ["1", "2", "3"]);
     }
 
     #[test]
