@@ -94,3 +94,121 @@ async fn tls_required_refuses_plaintext_clients() {
     );
     proxy.assert_alive();
 }
+
+/// A client may send its TLS ClientHello in the same segment as the SSL request packet (mysqlnd
+/// sometimes does): the bytes after the request belong to the TLS handshake.
+#[tokio::test]
+async fn a_client_hello_in_the_ssl_requests_segment_is_read() {
+    use std::io::{Read, Write};
+    use tokio_rustls::rustls;
+
+    let server = MariaDb::shared();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = self_signed(dir.path());
+    let proxy = Proxy::start(
+        &server.backend_url(),
+        &[],
+        Some(&config(&cert, &key, false)),
+    );
+    let port = proxy.port();
+    let done = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
+        let mut tcp =
+            std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        let mut header = [0u8; 4];
+        tcp.read_exact(&mut header).map_err(|e| e.to_string())?;
+        let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+        let mut greeting = vec![0u8; len];
+        tcp.read_exact(&mut greeting).map_err(|e| e.to_string())?;
+        // CLIENT_PROTOCOL_41 | CLIENT_SSL | CLIENT_SECURE_CONNECTION | CLIENT_PLUGIN_AUTH
+        let caps: u32 = 0x200 | 0x800 | 0x8000 | 0x80000;
+        let mut ssl_request = vec![32, 0, 0, 1];
+        ssl_request.extend_from_slice(&caps.to_le_bytes());
+        ssl_request.extend_from_slice(&(16u32 << 20).to_le_bytes());
+        ssl_request.push(45);
+        ssl_request.extend_from_slice(&[0; 23]);
+
+        let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(AnyCertificate))
+        .with_no_client_auth();
+        let name =
+            rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+        let mut tls = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+            .map_err(|e| e.to_string())?;
+        let mut hello = Vec::new();
+        tls.write_tls(&mut hello).map_err(|e| e.to_string())?;
+        // One write: the SSL request and the ClientHello together.
+        ssl_request.extend_from_slice(&hello);
+        tcp.write_all(&ssl_request).map_err(|e| e.to_string())?;
+        let mut stream = rustls::Stream::new(&mut tls, &mut tcp);
+        // The handshake completes, then the proxy waits for the login: nothing to read yet, so
+        // finishing the handshake is the check.
+        stream.flush().map_err(|e| format!("TLS handshake: {e}"))?;
+        while stream.conn.is_handshaking() {
+            stream
+                .conn
+                .complete_io(stream.sock)
+                .map_err(|e| format!("TLS handshake: {e}"))?;
+        }
+        Ok(hello)
+    });
+    let result = crate::support::within(20, "TLS handshake", done)
+        .await
+        .expect("the client thread");
+    assert!(result.is_ok(), "{result:?}\n{}", proxy.log());
+    proxy.assert_alive();
+}
+
+/// Accepts any server certificate: the test checks the handshake, not the certificate.
+#[derive(Debug)]
+struct AnyCertificate;
+
+impl tokio_rustls::rustls::client::danger::ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _: &tokio_rustls::rustls::pki_types::CertificateDer<'_>,
+        _: &[tokio_rustls::rustls::pki_types::CertificateDer<'_>],
+        _: &tokio_rustls::rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: tokio_rustls::rustls::pki_types::UnixTime,
+    ) -> Result<tokio_rustls::rustls::client::danger::ServerCertVerified, tokio_rustls::rustls::Error>
+    {
+        Ok(tokio_rustls::rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &tokio_rustls::rustls::pki_types::CertificateDer<'_>,
+        _: &tokio_rustls::rustls::DigitallySignedStruct,
+    ) -> Result<
+        tokio_rustls::rustls::client::danger::HandshakeSignatureValid,
+        tokio_rustls::rustls::Error,
+    > {
+        Ok(tokio_rustls::rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &tokio_rustls::rustls::pki_types::CertificateDer<'_>,
+        _: &tokio_rustls::rustls::DigitallySignedStruct,
+    ) -> Result<
+        tokio_rustls::rustls::client::danger::HandshakeSignatureValid,
+        tokio_rustls::rustls::Error,
+    > {
+        Ok(tokio_rustls::rustls::client::danger::HandshakeSignatureValid::assertion())
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<tokio_rustls::rustls::SignatureScheme> {
+        tokio_rustls::rustls::crypto::ring::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}

@@ -65,7 +65,7 @@ pub async fn serve(ctx: Arc<Context>, tcp: TcpStream, peer: SocketAddr) {
 /// A session ready to run, whatever stream the client ended up on.
 pub enum ReadySession {
     Plain(Box<Session<TcpStream>>),
-    Tls(Box<Session<tokio_rustls::server::TlsStream<TcpStream>>>),
+    Tls(Box<Session<tokio_rustls::server::TlsStream<super::tls::Rewound<TcpStream>>>>),
 }
 
 impl ReadySession {
@@ -126,14 +126,10 @@ async fn connection_phase(
             .await?;
             return Ok(None);
         };
-        let (tcp, leftover) = client.into_parts();
-        if !leftover.is_empty() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "data after the SSL request",
-            ));
-        }
-        let tls = acceptor.accept(tcp).await?;
+        let (tcp, read_past_request) = client.into_parts();
+        let tls = acceptor
+            .accept(super::tls::Rewound::new(read_past_request, tcp))
+            .await?;
         let mut client = PacketReader::new(tls);
         let response = client.next_logical_packet(1 << 20).await?;
         let session =

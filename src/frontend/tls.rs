@@ -1,7 +1,12 @@
 //! TLS for client connections (rustls), built once from the configured PEM files.
 
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
@@ -54,4 +59,65 @@ pub fn acceptor(settings: &TlsSettings) -> Result<TlsAcceptor, TlsSetupError> {
         .with_no_client_auth()
         .with_single_cert(certs, key)?;
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// A connection with bytes already read from it put back in front: a client may send its TLS
+/// ClientHello in the same segment as the SSL request packet (the protocol allows it, and
+/// mysqlnd sometimes does), so bytes the packet reader took past that packet belong to the TLS
+/// handshake.
+pub struct Rewound<S> {
+    read_first: BytesMut,
+    inner: S,
+}
+
+impl<S> Rewound<S> {
+    pub fn new(read_first: BytesMut, inner: S) -> Rewound<S> {
+        Rewound { read_first, inner }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Rewound<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if !self.read_first.is_empty() {
+            let n = self.read_first.len().min(buf.remaining());
+            buf.put_slice(&self.read_first[..n]);
+            self.read_first.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Rewound<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
