@@ -454,3 +454,129 @@ async fn large_messages_are_claimed_within_the_byte_budget() {
     );
     env.server.stop();
 }
+
+/// A producer's open transaction holds no lock a claim or an ACK needs: messages already
+/// committed go out while it stays open, an ACK of them does not wait for it, and its next
+/// INSERT neither waits nor deadlocks. (On a small table the optimizer read the claim's
+/// statements through `ack_idx`, and at REPEATABLE READ they locked every unacked row they
+/// scanned, the open transaction's new row among them.)
+#[tokio::test]
+async fn an_open_producer_transaction_does_not_hold_up_claims_or_acks() {
+    let env = Env::new("msg_open_tx_locks").await;
+    env.ddl(&format!(
+        "CREATE TABLE m (id bigint PRIMARY KEY, time_next bigint DEFAULT 0, epoch bigint, \
+         time_acked bigint, message varchar(64), INDEX next_idx(time_next, epoch), \
+         INDEX ack_idx(time_acked)) COMMENT '{}'",
+        comment("30", 5, "30", "")
+    ))
+    .await;
+    for id in 1..=5 {
+        env.via_proxy(&format!(
+            "INSERT INTO m (id, message) VALUES ({id}, 'committed')"
+        ))
+        .await;
+    }
+    let mut producer = env.proxy_conn().await;
+    exec(&mut producer, "START TRANSACTION")
+        .await
+        .expect("begin");
+    exec(
+        &mut producer,
+        "INSERT INTO m (id, message) VALUES (100, 'open')",
+    )
+    .await
+    .expect("insert in the open transaction");
+
+    let mut stream = env.stream("m").await;
+    let got = stream.recv_n(5, secs(5.0)).await;
+    assert_eq!(
+        ids(&got),
+        vec![1, 2, 3, 4, 5],
+        "committed messages while a producer's transaction is open\n{}",
+        env.log()
+    );
+    let mut acker = env.proxy_conn().await;
+    let acked = tokio::time::timeout(secs(5.0), ack(&mut acker, "m", &[1, 2, 3, 4, 5]))
+        .await
+        .expect("the ACK waited for the open transaction");
+    assert_eq!(acked, 5);
+    // Give the purge (each second) a turn with the transaction still open.
+    tokio::time::sleep(secs(1.5)).await;
+    let second = tokio::time::timeout(
+        secs(5.0),
+        exec(
+            &mut producer,
+            "INSERT INTO m (id, message) VALUES (101, 'open')",
+        ),
+    )
+    .await
+    .expect("the producer's second INSERT waited");
+    assert!(second.is_ok(), "the producer's second INSERT: {second:?}");
+    exec(&mut producer, "COMMIT").await.expect("commit");
+    let late = stream.recv_n(2, secs(5.0)).await;
+    assert_eq!(ids(&late), vec![100, 101]);
+    stream.close();
+}
+
+/// The same for the purge: acked rows past `vt_purge_after` are deleted while a producer's
+/// transaction holds a new row.
+#[tokio::test]
+async fn an_open_producer_transaction_does_not_hold_up_the_purge() {
+    let env = Env::new("msg_open_tx_purge").await;
+    env.ddl(&format!(
+        "CREATE TABLE m (id bigint PRIMARY KEY, time_next bigint DEFAULT 0, epoch bigint, \
+         time_acked bigint, message varchar(64), INDEX next_idx(time_next, epoch), \
+         INDEX ack_idx(time_acked)) COMMENT '{}'",
+        comment("30", 5, "0.2", "")
+    ))
+    .await;
+    let mut producer = env.proxy_conn().await;
+    exec(&mut producer, "START TRANSACTION")
+        .await
+        .expect("begin");
+    exec(
+        &mut producer,
+        "INSERT INTO m (id, message) VALUES (100, 'open')",
+    )
+    .await
+    .expect("insert in the open transaction");
+    env.direct(
+        "INSERT INTO m (id, time_next, epoch, time_acked) SELECT seq + 1000000, NULL, 1, 1 FROM seq_1_to_2000",
+    )
+    .await;
+    let purged = eventually(10, async || env.states("m").await.is_empty()).await;
+    let left = env.states("m").await.len();
+    exec(&mut producer, "COMMIT").await.expect("commit");
+    assert!(
+        purged,
+        "{left} acked rows left while a producer's transaction is open\n{}",
+        env.log()
+    );
+}
+
+/// A stream's session may set `sql_select_limit`: the claim's SELECT is its own, and says how
+/// many rows it wants (it was cut to the session's limit, and the rest of the batch waited for
+/// the next poll).
+#[tokio::test]
+async fn a_sessions_sql_select_limit_does_not_cut_claims_short() {
+    let env = Env::new("msg_select_limit").await;
+    env.ddl(&format!(
+        "CREATE TABLE m (id bigint PRIMARY KEY, time_next bigint DEFAULT 0, epoch bigint, \
+         time_acked bigint, message varchar(64)) COMMENT '{}'",
+        comment("30", 5, "30", "")
+    ))
+    .await;
+    let mut stream = Stream::open_with(
+        env.proxy.port(),
+        &env.db,
+        &["SET sql_select_limit = 1"],
+        "STREAM * FROM m",
+    )
+    .await
+    .expect("stream");
+    env.via_proxy("INSERT INTO m (id, message) SELECT seq, 'x' FROM seq_1_to_10")
+        .await;
+    let got = stream.recv_n(10, secs(5.0)).await;
+    assert_each_once(&ids(&got), 1..=10, "with sql_select_limit = 1");
+    stream.close();
+}

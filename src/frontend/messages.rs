@@ -311,7 +311,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
         let sql = format!(
             "UPDATE {} SET `time_acked` = {}, `time_next` = NULL WHERE `id` IN ({}) AND {}",
-            def.qualified(),
+            def.by_primary_key(),
             state::now_ns(),
             literals.join(", "),
             state::UNACKED_SQL

@@ -43,9 +43,11 @@ pub async fn acked_rows(
         let Some(ids) = def.ids_sql(keys.iter().map(|k| &k[..])) else {
             return Ok(());
         };
+        // The multi-table form, the one that takes an index hint (see `by_primary_key`).
         let delete = format!(
-            "DELETE FROM {} WHERE {ids} AND {}",
+            "DELETE {} FROM {} WHERE {ids} AND {}",
             def.qualified(),
+            def.by_primary_key(),
             state::purgeable_sql(cutoff)
         );
         conn.query_drop(&delete).await?;

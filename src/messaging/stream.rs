@@ -329,10 +329,13 @@ async fn claim(
         return Ok((Vec::new(), Vec::new()));
     };
     let select = format!(
-        "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE {ids} AND {unacked} AND {due} FOR UPDATE SKIP LOCKED",
+        "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE {ids} AND {unacked} AND {due} LIMIT {limit} FOR UPDATE SKIP LOCKED",
         cols = def.select_list(),
         key = def.key_sql(),
-        table = def.qualified(),
+        table = def.by_primary_key(),
+        // Explicit, so a session's sql_select_limit cannot cut the claim short (each id
+        // matches one row at most: the LIMIT changes nothing else).
+        limit = keys.len(),
         unacked = state::UNACKED_SQL,
         due = state::due_sql(now),
     );
@@ -425,7 +428,7 @@ async fn claim(
     };
     let update = format!(
         "UPDATE {table} SET `epoch` = {EPOCH_PLUS_ONE}, `time_next` = CASE `id`{cases} END WHERE {claimed_ids}",
-        table = def.qualified(),
+        table = def.by_primary_key(),
     );
     // The UPDATE and COMMIT go out together too. If the UPDATE fails, the COMMIT that follows
     // it commits nothing: the failed statement was undone (or, on a deadlock, the whole

@@ -344,6 +344,16 @@ impl MessageTable {
         qualify(&self.schema, &self.name)
     }
 
+    /// The table for a statement that names its rows by id (`id IN (...)`): with the primary key
+    /// forced. Left to itself the optimizer may read such a statement through `ack_idx` or
+    /// `next_idx` (it does on small tables), and a locking read or an UPDATE at the server's
+    /// REPEATABLE READ then locks every row it scanned: all unacked rows, including one a
+    /// producer's open transaction just inserted, which stalls claims and acks behind that
+    /// transaction and can deadlock the producer.
+    pub fn by_primary_key(&self) -> String {
+        format!("{} FORCE INDEX (PRIMARY)", self.qualified())
+    }
+
     /// The id column as the table spells it.
     pub fn id_column(&self) -> &str {
         // validate() puts id first; fall back to the canonical name rather than panic.
