@@ -3,7 +3,7 @@
 //! session's `autocommit` and `completion_type`, and ends with an error — leaving the messages due
 //! — when its session cannot claim (`READ ONLY`) or its columns change under it.
 
-use super::harness::{comment, exec, secs, Env, Stream};
+use super::harness::{comment, exec, ids, secs, Env, Stream};
 use crate::support::Failure;
 
 const COLUMNS: &str =
@@ -215,4 +215,36 @@ async fn kill_query_ends_a_stream_and_the_session_goes_on() {
         Some(1),
         "the session goes on after the interrupted stream"
     );
+}
+
+/// A stream waiting for messages is idle on the server's side: with a `wait_timeout` shorter
+/// than msgproxy's usual keepalive, the server closed its connection and the client got 1158.
+/// It pings at half the session's `wait_timeout`.
+#[tokio::test]
+async fn an_idle_stream_outlives_a_short_wait_timeout() {
+    let env = Env::new("msg_wait_timeout").await;
+    env.ddl(&format!(
+        "CREATE TABLE m (id bigint PRIMARY KEY, time_next bigint DEFAULT 0, epoch bigint, \
+         time_acked bigint, message varchar(64)) COMMENT '{}'",
+        comment("30", 5, "30", "")
+    ))
+    .await;
+    let mut stream = Stream::open_with(
+        env.proxy.port(),
+        &env.db,
+        &["SET SESSION wait_timeout = 2"],
+        "STREAM * FROM m",
+    )
+    .await
+    .expect("stream");
+    stream.expect_quiet(secs(5.0), "nothing was sent").await;
+    env.via_proxy("INSERT INTO m (id, message) VALUES (1, 'late')")
+        .await;
+    let got = stream.recv_or_end(secs(5.0)).await;
+    assert!(
+        matches!(&got, Ok(Some(m)) if ids(std::slice::from_ref(m)) == [1]),
+        "{got:?}\n{}",
+        env.log()
+    );
+    stream.close();
 }

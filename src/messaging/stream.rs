@@ -94,6 +94,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     interrupted: &CancellationToken,
 ) -> StreamEnd {
     let def = subscription.manager().definition();
+    let keepalive_every = keepalive_interval(backend, deprecate_eof).await;
     // Column definitions first, at once, even when nothing is due.
     let sql = format!(
         "SELECT {} FROM {} LIMIT 0",
@@ -139,7 +140,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         return StreamEnd::Closed;
     }
     let mut subscription = subscription;
-    let mut keepalive = tokio::time::interval(KEEPALIVE);
+    let mut keepalive = tokio::time::interval(keepalive_every);
     keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     keepalive.tick().await;
     loop {
@@ -234,6 +235,28 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 }
             }
         }
+    }
+}
+
+/// How often an idle stream pings its backend connection: every [`KEEPALIVE`], or at half the
+/// session's `wait_timeout` when that is shorter — the server closes a connection idle for
+/// `wait_timeout`, and a stream waiting for messages is idle on the server's side.
+async fn keepalive_interval(backend: &mut Backend, deprecate_eof: bool) -> std::time::Duration {
+    let wait_timeout = match backend
+        .query("SELECT @@session.wait_timeout", deprecate_eof)
+        .await
+    {
+        Ok(QueryOutcome::ResultSet { rows, .. }) => rows
+            .first()
+            .and_then(|row| wire::text_row_values(row))
+            .and_then(|values| values.first().copied().flatten())
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.parse::<u64>().ok()),
+        _ => None,
+    };
+    match wait_timeout {
+        Some(secs) => KEEPALIVE.min(std::time::Duration::from_millis(secs.max(1) * 500)),
+        None => KEEPALIVE,
     }
 }
 
