@@ -484,3 +484,27 @@ async fn purge_removes_acked_rows_only() {
         "unacked rows and time_acked = 0 rows are never purged"
     );
 }
+
+/// Dropping a message table is not a failure of its purge or poll: the one that runs between
+/// the DROP and the reload finds the table gone and says nothing (it logged a warning nearly
+/// every time).
+#[tokio::test]
+async fn dropping_a_busy_table_logs_no_failure() {
+    let env = Env::new("msg_drop_quietly").await;
+    for round in 0..6 {
+        env.ddl(&format!(
+            "CREATE TABLE d (id bigint PRIMARY KEY, time_next bigint DEFAULT 0, epoch bigint, \
+             time_acked bigint, message varchar(64)) COMMENT '{}'",
+            comment("30", 5, "0.05", "")
+        ))
+        .await;
+        let stream = env.stream("d").await;
+        tokio::time::sleep(secs(0.3 + 0.01 * round as f64)).await;
+        env.ddl("DROP TABLE d").await;
+        stream.close();
+    }
+    tokio::time::sleep(secs(0.5)).await;
+    let log = env.proxy.log();
+    let gone = format!("`{}`.`d` failed", env.db);
+    assert!(!log.contains(&gone), "{log}");
+}

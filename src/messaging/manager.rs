@@ -541,8 +541,12 @@ impl TableManager {
         let (rows, soon) = match polled {
             Ok(r) => r,
             Err(e) => {
-                self.poll_failures
-                    .failed(format_args!("polling {}", def.qualified()), e);
+                if table_gone(&e) {
+                    debug!("polling {}: the table is gone: {e}", def.qualified());
+                } else {
+                    self.poll_failures
+                        .failed(format_args!("polling {}", def.qualified()), e);
+                }
                 let mut state = self.lock();
                 state.changed_during_poll = None;
                 state.replay.clear();
@@ -576,9 +580,16 @@ impl TableManager {
         let job = format!("purging {}", def.qualified());
         match purged {
             Ok(()) => self.purge_failures.succeeded(job),
+            Err(e) if table_gone(&e) => debug!("{job}: the table is gone: {e}"),
             Err(e) => self.purge_failures.failed(job, e),
         }
     }
+}
+
+/// The table was dropped (error 1146): nothing to warn about, the engine's reload (at once
+/// after DDL through a proxy, within `RELOAD_INTERVAL` otherwise) stops its manager.
+fn table_gone(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(s) if s.code == 1146)
 }
 
 /// A key value from a text-protocol result (`HEX(id)` or a number's text).
