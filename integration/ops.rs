@@ -300,8 +300,20 @@ async fn show_message_tables_lists_loaded_and_broken_tables() {
         .columns()
         .map(|cols| cols.iter().map(|c| c.name_str().into_owned()).collect())
         .unwrap_or_default();
+    // The counters are BIGINT UNSIGNED (a UNION with plain literals made them DECIMAL, which
+    // typed clients such as sqlx refuse to read as integers).
+    let types: Vec<mysql_async::consts::ColumnType> = result
+        .columns()
+        .map(|cols| cols.iter().map(|c| c.column_type()).collect())
+        .unwrap_or_default();
     let rows: Vec<mysql_async::Row> = result.collect().await.expect("rows");
     assert_eq!(names, COLUMNS);
+    assert!(
+        types[4..11]
+            .iter()
+            .all(|t| *t == mysql_async::consts::ColumnType::MYSQL_TYPE_LONGLONG),
+        "{types:?}"
+    );
     let rows: Vec<Vec<String>> = rows
         .into_iter()
         .map(|r| {

@@ -17,19 +17,21 @@ use crate::messaging::state;
 use crate::relay::ResponseKind;
 
 /// The columns of `SHOW MESSAGE TABLES`, with the typed placeholder that fixes each column's
-/// type and name (the first, empty `SELECT` of the union).
+/// type and name (the first, empty `SELECT` of the union). A column's type follows its longest
+/// value: the counters' placeholder is the largest unsigned value, which makes them `BIGINT
+/// UNSIGNED` whatever the counts are.
 const COLUMNS: [(&str, &str); 12] = [
     ("Schema", "CAST('' AS CHAR(64) CHARACTER SET utf8mb4)"),
     ("Name", "CAST('' AS CHAR(64) CHARACTER SET utf8mb4)"),
     ("Status", "CAST('' AS CHAR(255) CHARACTER SET utf8mb4)"),
     ("Options", "CAST('' AS CHAR(255) CHARACTER SET utf8mb4)"),
-    ("Subscribers", "CAST(0 AS UNSIGNED)"),
-    ("Cached", "CAST(0 AS UNSIGNED)"),
-    ("In_flight", "CAST(0 AS UNSIGNED)"),
-    ("Sent", "CAST(0 AS UNSIGNED)"),
-    ("Acked", "CAST(0 AS UNSIGNED)"),
-    ("Redelivered", "CAST(0 AS UNSIGNED)"),
-    ("Purged", "CAST(0 AS UNSIGNED)"),
+    ("Subscribers", "CAST(18446744073709551615 AS UNSIGNED)"),
+    ("Cached", "CAST(18446744073709551615 AS UNSIGNED)"),
+    ("In_flight", "CAST(18446744073709551615 AS UNSIGNED)"),
+    ("Sent", "CAST(18446744073709551615 AS UNSIGNED)"),
+    ("Acked", "CAST(18446744073709551615 AS UNSIGNED)"),
+    ("Redelivered", "CAST(18446744073709551615 AS UNSIGNED)"),
+    ("Purged", "CAST(18446744073709551615 AS UNSIGNED)"),
     ("Oldest_due_age", "CAST(0 AS DECIMAL(20,3))"),
 ];
 
@@ -68,6 +70,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 }
 
+/// A counter as an unsigned literal: a plain `5` is a signed integer, and a UNION of it (or of a
+/// bare NULL) with the placeholder's unsigned column is typed `DECIMAL`, which typed clients
+/// (sqlx) refuse to read as an integer.
+fn count(n: u64) -> String {
+    format!("CAST({n} AS UNSIGNED)")
+}
+
 /// The `SELECT` that answers `SHOW MESSAGE TABLES` for `tables`: a typed placeholder row that
 /// selects nothing, then one row of literals per table. Strings are hex literals converted to
 /// utf8mb4, so neither quotes in a reason nor the session's `sql_mode` can change the statement.
@@ -95,18 +104,24 @@ fn show_message_tables_sql(tables: &[((String, String), Lookup)], now_ns: i64) -
                     "{}, {}, {}, {}, {}, {}, {}, {}, {}, {age}",
                     text("loaded"),
                     text(&options),
-                    s.subscribers,
-                    s.cached,
-                    s.in_flight,
-                    c.sent,
-                    c.acked,
-                    c.redelivered,
-                    c.purged,
+                    count(s.subscribers as u64),
+                    count(s.cached as u64),
+                    count(s.in_flight as u64),
+                    count(c.sent),
+                    count(c.acked),
+                    count(c.redelivered),
+                    count(c.purged),
                 );
             }
             Lookup::Broken(why) => {
                 let _ = write!(sql, "{}", text(why));
-                sql.push_str(", NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL");
+                // The counters' NULLs typed as the counters: a bare NULL in the UNION makes the
+                // column DECIMAL as surely as a plain literal does.
+                sql.push_str(", NULL");
+                for _ in 0..7 {
+                    sql.push_str(", CAST(NULL AS UNSIGNED)");
+                }
+                sql.push_str(", NULL");
             }
             Lookup::NotMessageTable => {
                 sql.push_str("NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL");
