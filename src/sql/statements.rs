@@ -362,11 +362,13 @@ impl<'a> Parser<'a> {
             TokenKind::Number | TokenKind::Hex | TokenKind::Bit => {
                 Ok(AckId::Literal(self.text(token)?.to_owned()))
             }
+            // A string's bytes need not be UTF-8 (a binary id, a latin1 client): its value is
+            // taken from the bytes; `written` is only ever shown.
             TokenKind::String => {
-                let written = self.text(token)?;
+                let written = self.bytes(token);
                 Ok(AckId::String {
-                    written: written.to_owned(),
-                    value: string_value(written.as_bytes(), self.quoting),
+                    written: String::from_utf8_lossy(written).into_owned(),
+                    value: string_value(written, self.quoting),
                 })
             }
             TokenKind::Punct(sign @ (b'-' | b'+')) => {
@@ -396,19 +398,21 @@ impl<'a> Parser<'a> {
             _ => return Err(word.into()),
         };
         let literal = self.next();
-        let written_literal = self.text(literal)?;
         match literal.kind {
             // `N'..'` names its own character set: `_binary N'x'` is a syntax error on the server too.
-            TokenKind::String if !written_literal.starts_with(['N', 'n']) => {
+            // The string's bytes need not be UTF-8 (`_binary` ids rarely are).
+            TokenKind::String if !matches!(self.bytes(literal).first(), Some(b'N' | b'n')) => {
+                let bytes = self.bytes(literal);
                 Ok(AckId::Introduced {
-                    written: format!("{written_word}{written_literal}"),
+                    written: format!("{written_word}{}", String::from_utf8_lossy(bytes)),
                     charset: charset.to_owned(),
-                    value: string_value(written_literal.as_bytes(), self.quoting),
+                    value: string_value(bytes, self.quoting),
                 })
             }
-            TokenKind::Hex | TokenKind::Bit => {
-                Ok(AckId::Literal(format!("{written_word} {written_literal}")))
-            }
+            TokenKind::Hex | TokenKind::Bit => Ok(AckId::Literal(format!(
+                "{written_word} {}",
+                self.text(literal)?
+            ))),
             _ => Err(literal.into()),
         }
     }

@@ -197,6 +197,32 @@ fn introduced_ids_keep_their_character_set() {
 }
 
 #[test]
+fn string_ids_need_not_be_utf8() {
+    // A BINARY(16) id as PHP's PDO (emulated prepares) and mysqli's real_escape_string send it,
+    // and a latin1 client's 'café'.
+    let sql = b"ACK t '\x0f\x8e\\0\xff', _binary'\xe9\x00', 'caf\xe9'";
+    let ids = match parse_virtual(sql) {
+        Ok(VirtualStatement::Ack { ids, .. }) => ids,
+        other => panic!("{other:?}"),
+    };
+    let values: Vec<Vec<u8>> = ids
+        .into_iter()
+        .map(|id| match id {
+            AckId::String { value, .. } | AckId::Introduced { value, .. } => value,
+            AckId::Literal(l) => panic!("literal {l}"),
+        })
+        .collect();
+    assert_eq!(
+        values,
+        vec![
+            b"\x0f\x8e\x00\xff".to_vec(),
+            b"\xe9\x00".to_vec(),
+            b"caf\xe9".to_vec()
+        ]
+    );
+}
+
+#[test]
 fn no_backslash_escapes() {
     let nbe = Quoting::NO_BACKSLASH_ESCAPES;
     let s = |written: &str, value: &[u8]| (written.to_owned(), Some(value.to_vec()));
