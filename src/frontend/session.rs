@@ -289,7 +289,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 // The `@@socket` rewrite reads a plain SELECT only (not one in SET STATEMENT).
                 let wrapped = statement.len() != whole.len();
                 let rewritten = match classification.keyword {
-                    sql::Keyword::Select if !wrapped => sql::rewrite(whole),
+                    sql::Keyword::Select if !wrapped => sql::rewrite(whole, self.quoting()),
                     _ => None,
                 };
                 match rewritten {
@@ -389,7 +389,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if sql::current_db::may_change_database(classification.keyword, &payload[1..]) {
                     self.risky_prepared = true;
                 }
-                self.relay_command(&raw, ResponseKind::Prepare).await?;
+                // The `@@socket` rewrite, as for a plain SELECT sent as text. (A statement of
+                // 16 MiB or more is streamed on, never held.)
+                let rewritten = match classification.keyword {
+                    sql::Keyword::Select if !is_continued(&raw) => {
+                        rewritten_prepare(&raw, self.quoting())
+                    }
+                    _ => None,
+                };
+                self.relay_command(rewritten.as_deref().unwrap_or(&raw), ResponseKind::Prepare)
+                    .await?;
                 self.after_prepared(&payload[1..], classification.keyword);
                 return Ok(());
             }
@@ -765,6 +774,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 fn statement_id(payload: &[u8]) -> Option<u32> {
     let bytes = payload.get(1..5)?;
     Some(u32::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// A one-packet `COM_STMT_PREPARE` (`raw`, header included) with the `@@socket` rewrite applied
+/// to its statement, framed with the client's sequence id; `None` when nothing changes.
+fn rewritten_prepare(raw: &[u8], quoting: sql::Quoting) -> Option<bytes::BytesMut> {
+    let statement = sql::rewrite(raw.get(5..)?, quoting)?;
+    let mut command = Vec::with_capacity(statement.len() + 1);
+    command.push(COM_STMT_PREPARE);
+    command.extend_from_slice(&statement);
+    let mut framed = bytes::BytesMut::new();
+    crate::protocol::packet::encode_packet(&mut framed, parse_header(raw).1, &command);
+    Some(framed)
 }
 
 /// The refusal of a virtual statement prepared (over the binary protocol, or with SQL `PREPARE`
