@@ -68,6 +68,9 @@ pub struct Session<S> {
     /// session's prepared statements may write, by statement id (binary protocol) and for all
     /// its SQL `PREPARE`s together, so that executing one asks for a poll as a text `INSERT` does.
     pub(super) prepared_writes: super::messages::PreparedWrites,
+    /// This session's prepared `KILL QUERY` statements: executing one ends a stream as the text
+    /// form does.
+    prepared_kills: super::interrupts::PreparedKills,
     /// The challenge of the initial handshake; clients answer COM_CHANGE_USER with it.
     nonce: [u8; 20],
     user: String,
@@ -150,6 +153,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             risky_prepared: false,
             pending_notify: Vec::new(),
             prepared_writes: Default::default(),
+            prepared_kills: Default::default(),
             nonce,
             user,
             peer,
@@ -372,7 +376,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if self.risky_prepared {
                     self.current_db = CurrentDb::Unknown;
                 }
+                let kill = match statement_id(payload) {
+                    Some(id) if command == COM_STMT_EXECUTE => {
+                        self.prepared_kills.target(id, payload)
+                    }
+                    _ => None,
+                };
                 self.relay_command(&raw, ResponseKind::Results).await?;
+                // The server accepted the KILL: a stream on that connection through this proxy
+                // ends, as after a text `KILL QUERY`.
+                if let Some(connection) = kill.filter(|_| !self.relay.failed) {
+                    self.ctx.streams.interrupt(connection);
+                }
                 self.after_executed_prepared(statement_id(payload));
                 return Ok(());
             }
@@ -399,6 +414,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 };
                 self.relay_command(rewritten.as_deref().unwrap_or(&raw), ResponseKind::Prepare)
                     .await?;
+                if let Some(id) = self.relay.prepared_statement {
+                    if classification.keyword == sql::Keyword::Kill {
+                        self.prepared_kills.prepared(id, &payload[1..]);
+                    }
+                }
                 self.after_prepared(&payload[1..], classification.keyword);
                 return Ok(());
             }
@@ -408,6 +428,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if payload.first() == Some(&COM_STMT_CLOSE) {
                     if let Some(id) = statement_id(payload) {
                         self.prepared_writes.by_id.remove(&id);
+                        self.prepared_kills.closed(id);
                     }
                 }
                 // No response: just pass the command on.
@@ -544,6 +565,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     fn forget_session_state(&mut self) {
         self.risky_prepared = false;
         self.prepared_writes = Default::default();
+        self.prepared_kills = Default::default();
         self.pending_notify.clear();
     }
 
