@@ -446,6 +446,65 @@ async fn default_client_options_stay_on_the_proxy() {
     );
 }
 
+/// The `@@socket` rewrite changes the system variable only: the same characters in a string
+/// literal, a quoted identifier or a comment reach the server as written, over the text and the
+/// binary protocol (QA: `SELECT '@@socket'` returned `'`, and `WHERE name = '@@socket'` matched
+/// other rows).
+#[tokio::test]
+async fn the_socket_rewrite_leaves_strings_identifiers_and_comments_alone() {
+    let (_server, proxy) = shared_setup();
+    let mut conn = Target::proxy(&proxy, "test").conn().await;
+    let sql = "SELECT '@@socket', \"@@socket\", @@socket /* @@socket */, \
+               'it''s @@socket' AS `@@socket`";
+    let expected = (
+        "@@socket".to_owned(),
+        "@@socket".to_owned(),
+        String::new(),
+        "it's @@socket".to_owned(),
+    );
+    type Row = (String, String, String, String);
+    let text: Option<Row> = conn.query_first(sql).await.expect("text SELECT");
+    assert_eq!(text.as_ref(), Some(&expected), "text protocol: {sql}");
+    let prepared: Option<Row> = conn.exec_first(sql, ()).await.expect("prepared SELECT");
+    assert_eq!(prepared.as_ref(), Some(&expected), "prepared: {sql}");
+    // The backticked alias names the column as written.
+    let mut result = conn.query_iter(sql).await.expect("text SELECT");
+    let names: Vec<String> = result
+        .columns_ref()
+        .iter()
+        .map(|c| c.name_str().into_owned())
+        .collect();
+    drop(result.collect::<mysql_async::Row>().await);
+    assert_eq!(
+        names.last().map(String::as_str),
+        Some("@@socket"),
+        "{names:?}"
+    );
+    // A comparison with the literal matches the row holding it, and only that one.
+    let matched: Option<String> = conn
+        .query_first(
+            "SELECT name FROM (SELECT '@@socket' AS name UNION ALL SELECT \"'\") t \
+             WHERE name = '@@socket'",
+        )
+        .await
+        .expect("WHERE name = '@@socket'");
+    assert_eq!(matched.as_deref(), Some("@@socket"));
+    // `@@session.socket` is left to the server, which refuses it (the variable is global only),
+    // as it does on a direct connection; `@@global.socket` reads as `@@socket` does.
+    match conn.query_drop("SELECT @@session.socket").await {
+        Err(e) => assert!(
+            matches!(Failure::of(&e), Failure::Server { code: 1238, .. }),
+            "@@session.socket: {e}"
+        ),
+        Ok(()) => panic!("@@session.socket was answered"),
+    }
+    let global: Option<String> = conn
+        .query_first("SELECT @@GLOBAL.socket")
+        .await
+        .expect("@@global.socket");
+    assert_eq!(global.as_deref(), Some(""));
+}
+
 /// A COM_CHANGE_USER with a wrong password resets the session as the server does on one (QA,
 /// with mysql2: the server cleared `@v` and kept the database; msgproxy, which refuses the change
 /// itself, left the old session as it was).

@@ -354,3 +354,52 @@ async fn pipelined_commands_and_fragmented_packets() {
     })
     .await;
 }
+
+/// A client that asks for compression, which msgproxy does not offer (PHP's mysqlnd with
+/// MYSQLI_CLIENT_COMPRESS or PDO::MYSQL_ATTR_COMPRESS sets the flag anyway, then compresses):
+/// refused at login with 1043 and what to do, instead of a session whose every command got
+/// 1047 "Unknown command" and then "server has gone away". Other clients are served on.
+#[tokio::test]
+async fn a_login_asking_for_compression_is_refused_with_the_reason() {
+    let (_server, proxy) = shared_setup();
+    for (what, flag) in [
+        ("CLIENT_COMPRESS", raw::CLIENT_COMPRESS),
+        (
+            "CLIENT_ZSTD_COMPRESSION_ALGORITHM",
+            raw::CLIENT_ZSTD_COMPRESSION_ALGORITHM,
+        ),
+    ] {
+        let refused = within(
+            10,
+            "compressed login",
+            RawConn::connect_insisting(proxy.port(), "root", "", Some("test"), 0, flag),
+        )
+        .await;
+        match refused {
+            Err(RawError::Server {
+                code,
+                state,
+                message,
+            }) => {
+                assert_eq!((code, state.as_str()), (1043, "08S01"), "{what}: {message}");
+                assert!(
+                    message.contains("does not support the compressed protocol")
+                        && message.contains("connect without compression"),
+                    "{what}: {message}"
+                );
+            }
+            Err(e) => panic!("{what}: expected ERR 1043, got {e:?}"),
+            Ok(_) => panic!("{what}: the login was accepted"),
+        }
+    }
+    let mut fine = RawConn::connect(proxy.port(), "root", "", Some("test"))
+        .await
+        .expect("an uncompressed login after the refused ones");
+    let reply = within(10, "query", fine.query("SELECT 'served'"))
+        .await
+        .expect("query after the refused logins");
+    assert!(
+        reply.iter().any(|p| p.windows(6).any(|w| w == b"served")),
+        "{reply:?}"
+    );
+}

@@ -248,3 +248,73 @@ async fn an_idle_stream_outlives_a_short_wait_timeout() {
     );
     stream.close();
 }
+
+/// A prepared `KILL QUERY` (sqlx, mysql_async's `exec`, the `mysql` crate: every statement is
+/// COM_STMT_PREPARE + COM_STMT_EXECUTE) ends a stream as the text form does, with the id bound
+/// as a parameter or written out. QA: the server answered OK and the stream kept running.
+#[tokio::test]
+async fn prepared_kill_query_ends_a_stream_and_the_session_goes_on() {
+    use mysql_async::prelude::*;
+    let env = Env::new("msg_stream_kill_prepared").await;
+    message_table(&env, "q").await;
+    let mut c = env.proxy_conn().await;
+    let connection = c.id();
+    let mut killer = env.proxy_conn().await;
+    for (round, how) in ["KILL QUERY ?", "KILL QUERY <id>"].into_iter().enumerate() {
+        let mut result = c.query_iter("STREAM * FROM q").await.expect("STREAM");
+        env.via_proxy(&format!("insert into q(id, message) values ({round}, 'm')"))
+            .await;
+        let row = tokio::time::timeout(secs(3.0), result.next())
+            .await
+            .expect("a message within 3 s")
+            .expect("a row");
+        assert!(row.is_some(), "{how}: the stream ended early");
+        match how {
+            "KILL QUERY ?" => killer.exec_drop(how, (connection,)).await,
+            _ => {
+                killer
+                    .exec_drop(format!("KILL QUERY {connection}"), ())
+                    .await
+            }
+        }
+        .unwrap_or_else(|e| panic!("{how}: {e}"));
+        match tokio::time::timeout(secs(3.0), result.next()).await {
+            Ok(Err(e)) => assert_eq!(code_of(&Failure::of(&e)), Some(1317), "{how}: {e}"),
+            other => panic!("{how}: expected the stream to end with 1317 at once, got {other:?}"),
+        }
+        drop(result);
+        let one: Option<i64> = c.query_first("SELECT 1").await.expect("SELECT 1 after");
+        assert_eq!(
+            one,
+            Some(1),
+            "{how}: the session goes on after the interrupted stream"
+        );
+    }
+    // A prepared connection KILL does what the text form does: the server closes the stream's
+    // backend connection, and the stream ends with the proxy's 1158, its session with it.
+    let mut result = c.query_iter("STREAM * FROM q").await.expect("STREAM");
+    env.via_proxy("insert into q(id, message) values (9, 'm')")
+        .await;
+    let row = tokio::time::timeout(secs(3.0), result.next())
+        .await
+        .expect("a message within 3 s")
+        .expect("a row");
+    assert!(row.is_some(), "KILL <id>: the stream ended early");
+    killer
+        .exec_drop("KILL ?", (connection,))
+        .await
+        .expect("prepared KILL <id>");
+    match tokio::time::timeout(secs(3.0), result.next()).await {
+        Ok(Err(e)) => assert_eq!(code_of(&Failure::of(&e)), Some(1158), "KILL <id>: {e}"),
+        other => panic!("KILL <id>: expected the stream to end with 1158, got {other:?}"),
+    }
+    drop(result);
+    assert!(
+        c.query_drop("SELECT 1").await.is_err(),
+        "the killed session ended"
+    );
+    killer
+        .query_drop("SELECT 1")
+        .await
+        .expect("the killer goes on");
+}

@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 
 pub const CLIENT_LONG_PASSWORD: u32 = 1;
 pub const CLIENT_LONG_FLAG: u32 = 4;
+pub const CLIENT_COMPRESS: u32 = 0x20;
 pub const CLIENT_CONNECT_WITH_DB: u32 = 8;
 pub const CLIENT_LOCAL_FILES: u32 = 0x80;
 pub const CLIENT_PROTOCOL_41: u32 = 0x200;
@@ -25,6 +26,7 @@ pub const CLIENT_PLUGIN_AUTH: u32 = 0x8_0000;
 pub const CLIENT_PLUGIN_AUTH_LENENC: u32 = 0x20_0000;
 pub const CLIENT_SESSION_TRACK: u32 = 0x80_0000;
 pub const CLIENT_DEPRECATE_EOF: u32 = 0x100_0000;
+pub const CLIENT_ZSTD_COMPRESSION_ALGORITHM: u32 = 0x400_0000;
 
 pub const COM_QUIT: u8 = 0x01;
 pub const COM_QUERY: u8 = 0x03;
@@ -227,6 +229,20 @@ impl RawConn {
         db: Option<&str>,
         extra_caps: u32,
     ) -> Result<RawConn, RawError> {
+        RawConn::connect_insisting(port, user, password, db, extra_caps, 0).await
+    }
+
+    /// [`RawConn::connect_with`], and sets `insisted` capabilities in the handshake response
+    /// whether the server offers them or not (as PHP's mysqlnd does with CLIENT_COMPRESS). The
+    /// raw client itself does nothing different for them.
+    pub async fn connect_insisting(
+        port: u16,
+        user: &str,
+        password: &str,
+        db: Option<&str>,
+        extra_caps: u32,
+        insisted: u32,
+    ) -> Result<RawConn, RawError> {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await?;
         stream.set_nodelay(true)?;
         let mut conn_seq = 0u8;
@@ -248,6 +264,7 @@ impl RawConn {
         caps |= extra_caps & !DRIBBLE;
         // CLIENT_LONG_PASSWORD doubles as MariaDB's "CLIENT_MYSQL" bit; always sent.
         caps &= greeting.capabilities | CLIENT_LONG_PASSWORD;
+        caps |= insisted;
         let mut conn = RawConn {
             stream,
             seq: conn_seq,

@@ -160,6 +160,21 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
             return Ok(None);
         }
     };
+    // mysqlnd (PHP's MYSQLI_CLIENT_COMPRESS, PDO::MYSQL_ATTR_COMPRESS) asks for compression
+    // though the greeting does not offer it, and then compresses every packet, which the
+    // proxy cannot read: the client saw "Unknown command", then "MySQL server has gone away".
+    // Refused here, before the client starts compressing, with what to do.
+    if response.capabilities.intersects(
+        CapabilityFlags::CLIENT_COMPRESS | CapabilityFlags::CLIENT_ZSTD_COMPRESSION_ALGORITHM,
+    ) {
+        let err = ErrorPacket::new(
+            ER_HANDSHAKE_ERROR,
+            "08S01",
+            "msgproxy does not support the compressed protocol; connect without compression",
+        );
+        write_packet(client.get_mut(), seq, &err.encode(true)).await?;
+        return Ok(None);
+    }
     if ctx.config.require_tls && !secure {
         let err = ErrorPacket::new(
             ER_SECURE_TRANSPORT_REQUIRED,

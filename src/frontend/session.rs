@@ -68,6 +68,9 @@ pub struct Session<S> {
     /// session's prepared statements may write, by statement id (binary protocol) and for all
     /// its SQL `PREPARE`s together, so that executing one asks for a poll as a text `INSERT` does.
     pub(super) prepared_writes: super::messages::PreparedWrites,
+    /// This session's prepared `KILL QUERY` statements: executing one ends a stream as the text
+    /// form does.
+    prepared_kills: super::interrupts::PreparedKills,
     /// The challenge of the initial handshake; clients answer COM_CHANGE_USER with it.
     nonce: [u8; 20],
     user: String,
@@ -150,6 +153,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             risky_prepared: false,
             pending_notify: Vec::new(),
             prepared_writes: Default::default(),
+            prepared_kills: Default::default(),
             nonce,
             user,
             peer,
@@ -289,7 +293,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 // The `@@socket` rewrite reads a plain SELECT only (not one in SET STATEMENT).
                 let wrapped = statement.len() != whole.len();
                 let rewritten = match classification.keyword {
-                    sql::Keyword::Select if !wrapped => sql::rewrite(whole),
+                    sql::Keyword::Select if !wrapped => sql::rewrite(whole, self.quoting()),
                     _ => None,
                 };
                 match rewritten {
@@ -372,7 +376,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if self.risky_prepared {
                     self.current_db = CurrentDb::Unknown;
                 }
+                let kill = match statement_id(payload) {
+                    Some(id) if command == COM_STMT_EXECUTE => {
+                        self.prepared_kills.target(id, payload)
+                    }
+                    _ => None,
+                };
                 self.relay_command(&raw, ResponseKind::Results).await?;
+                // The server accepted the KILL: a stream on that connection through this proxy
+                // ends, as after a text `KILL QUERY`.
+                if let Some(connection) = kill.filter(|_| !self.relay.failed) {
+                    self.ctx.streams.interrupt(connection);
+                }
                 self.after_executed_prepared(statement_id(payload));
                 return Ok(());
             }
@@ -389,7 +404,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if sql::current_db::may_change_database(classification.keyword, &payload[1..]) {
                     self.risky_prepared = true;
                 }
-                self.relay_command(&raw, ResponseKind::Prepare).await?;
+                // The `@@socket` rewrite, as for a plain SELECT sent as text. (A statement of
+                // 16 MiB or more is streamed on, never held.)
+                let rewritten = match classification.keyword {
+                    sql::Keyword::Select if !is_continued(&raw) => {
+                        rewritten_prepare(&raw, self.quoting())
+                    }
+                    _ => None,
+                };
+                self.relay_command(rewritten.as_deref().unwrap_or(&raw), ResponseKind::Prepare)
+                    .await?;
+                if let Some(id) = self.relay.prepared_statement {
+                    if classification.keyword == sql::Keyword::Kill {
+                        self.prepared_kills.prepared(id, &payload[1..]);
+                    }
+                }
                 self.after_prepared(&payload[1..], classification.keyword);
                 return Ok(());
             }
@@ -399,6 +428,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if payload.first() == Some(&COM_STMT_CLOSE) {
                     if let Some(id) = statement_id(payload) {
                         self.prepared_writes.by_id.remove(&id);
+                        self.prepared_kills.closed(id);
                     }
                 }
                 // No response: just pass the command on.
@@ -535,6 +565,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     fn forget_session_state(&mut self) {
         self.risky_prepared = false;
         self.prepared_writes = Default::default();
+        self.prepared_kills = Default::default();
         self.pending_notify.clear();
     }
 
@@ -765,6 +796,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 fn statement_id(payload: &[u8]) -> Option<u32> {
     let bytes = payload.get(1..5)?;
     Some(u32::from_le_bytes(bytes.try_into().ok()?))
+}
+
+/// A one-packet `COM_STMT_PREPARE` (`raw`, header included) with the `@@socket` rewrite applied
+/// to its statement, framed with the client's sequence id; `None` when nothing changes.
+fn rewritten_prepare(raw: &[u8], quoting: sql::Quoting) -> Option<bytes::BytesMut> {
+    let statement = sql::rewrite(raw.get(5..)?, quoting)?;
+    let mut command = Vec::with_capacity(statement.len() + 1);
+    command.push(COM_STMT_PREPARE);
+    command.extend_from_slice(&statement);
+    let mut framed = bytes::BytesMut::new();
+    crate::protocol::packet::encode_packet(&mut framed, parse_header(raw).1, &command);
+    Some(framed)
 }
 
 /// The refusal of a virtual statement prepared (over the binary protocol, or with SQL `PREPARE`

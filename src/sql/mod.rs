@@ -38,7 +38,7 @@ mod statements;
 mod property_tests;
 
 pub use classify::{classify, version_gate};
-pub use kill::kill_query_target;
+pub use kill::{executed_kill_target, kill_query, kill_query_target, KillQueryTarget};
 pub use lexer::Quoting;
 pub use prepare::prepared_text;
 pub use rewrite::rewrite;

@@ -7,37 +7,74 @@
 //! fails to open "" and stays on the proxy, and clients that read it as a string (the Go
 //! driver's own tests do) still get a string.
 
-/// The statement to send instead of `sql`, if it must change.
-pub fn rewrite(sql: &[u8]) -> Option<Vec<u8>> {
-    const VARIABLE: &[u8] = b"@@socket";
+use super::lexer::{Lexer, Quoting, Token, TokenKind};
+
+/// The statement to send instead of `sql`, if it must change: each reference to the system
+/// variable, `@@socket` or `@@global.socket` (any case, the name bare or in backticks), becomes
+/// `''`. Only code is read, by the session's lexer ([`Quoting`] says where its strings end):
+/// string literals, quoted identifiers and comments are left as written (`SELECT '@@socket'`
+/// is that string), while an executable comment (`/*! ... */`) is code. `@@session.socket` and
+/// `@@local.socket` are left to the server, whose answer is an error (the variable is global
+/// only) that names no socket.
+pub fn rewrite(sql: &[u8], quoting: Quoting) -> Option<Vec<u8>> {
     // Fast path: almost no statement mentions a system variable at all.
-    sql.iter().position(|&b| b == b'@')?;
+    if !sql.windows(2).any(|w| w == b"@@") {
+        return None;
+    }
+    let mut lexer = Lexer::with_quoting(sql, quoting);
     let mut out: Option<Vec<u8>> = None;
-    let mut i = 0;
     let mut copied = 0;
-    while i + VARIABLE.len() <= sql.len() {
-        let candidate = &sql[i..i + VARIABLE.len()];
-        let ends_word = sql
-            .get(i + VARIABLE.len())
-            .is_none_or(|&b| !(b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80));
-        if candidate.eq_ignore_ascii_case(VARIABLE) && ends_word {
-            let buf = out.get_or_insert_with(|| Vec::with_capacity(sql.len()));
-            buf.extend_from_slice(&sql[copied..i]);
-            buf.extend_from_slice(b"''");
-            i += VARIABLE.len();
-            copied = i;
-        } else {
-            i += 1;
+    loop {
+        let token = lexer.next_token();
+        match token.kind {
+            TokenKind::AtAt => {
+                let mut ahead = lexer.clone();
+                if let Some(end) = socket_variable(&mut ahead, sql) {
+                    let buf = out.get_or_insert_with(|| Vec::with_capacity(sql.len()));
+                    buf.extend_from_slice(sql.get(copied..token.start).unwrap_or_default());
+                    buf.extend_from_slice(b"''");
+                    copied = end;
+                    lexer = ahead;
+                }
+            }
+            // An unterminated string or comment: the server refuses the statement anyway.
+            TokenKind::Eof | TokenKind::Invalid => break,
+            _ => {}
         }
     }
     let mut buf = out?;
-    buf.extend_from_slice(&sql[copied..]);
+    buf.extend_from_slice(sql.get(copied..).unwrap_or_default());
     Some(buf)
+}
+
+/// After `@@`: the end of `socket` or `global.socket`, if that is what follows.
+fn socket_variable(lexer: &mut Lexer<'_>, sql: &[u8]) -> Option<usize> {
+    let text = |t: &Token| sql.get(t.start..t.end).unwrap_or_default();
+    let is_name = |t: &Token, name: &[u8]| match t.kind {
+        TokenKind::Word => text(t).eq_ignore_ascii_case(name),
+        TokenKind::QuotedIdent => text(t)
+            .strip_prefix(b"`")
+            .and_then(|inner| inner.strip_suffix(b"`"))
+            .is_some_and(|inner| inner.eq_ignore_ascii_case(name)),
+        _ => false,
+    };
+    let mut name = lexer.next_token();
+    if is_name(&name, b"global") {
+        if lexer.next_token().kind != TokenKind::Punct(b'.') {
+            return None;
+        }
+        name = lexer.next_token();
+    }
+    is_name(&name, b"socket").then_some(name.end)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::rewrite;
+    use super::{rewrite as rewrite_in, Quoting};
+
+    fn rewrite(sql: &[u8]) -> Option<Vec<u8>> {
+        rewrite_in(sql, Quoting::DEFAULT)
+    }
 
     #[test]
     fn socket_reads_as_an_empty_string() {
@@ -57,5 +94,52 @@ mod tests {
         assert_eq!(rewrite(b"SELECT @@socket_timeout"), None);
         assert_eq!(rewrite(b"SELECT @a"), None);
         assert_eq!(rewrite(b"@@socke"), None);
+        assert_eq!(rewrite(b"SELECT @@session.socket, @@local.socket"), None);
+    }
+
+    #[test]
+    fn global_and_backticked_names_are_the_variable_too() {
+        assert_eq!(
+            rewrite(b"SELECT @@global.socket, @@GLOBAL.`Socket`, @@`socket`").as_deref(),
+            Some(&b"SELECT '', '', ''"[..])
+        );
+    }
+
+    #[test]
+    fn strings_quoted_identifiers_and_comments_are_not_code() {
+        for sql in [
+            &b"SELECT '@@socket'"[..],
+            b"SELECT \"@@socket\"",
+            b"SELECT 1 AS `@@socket`",
+            b"SELECT 1 /* @@socket */",
+            b"SELECT 1 -- @@socket",
+            b"SELECT 1 # @@socket",
+            b"SELECT * FROM t WHERE name = 'it''s @@socket'",
+            b"SELECT 'a\\' @@socket'",
+            b"SELECT 'unterminated @@socket",
+        ] {
+            assert_eq!(rewrite(sql), None, "{}", String::from_utf8_lossy(sql));
+        }
+        assert_eq!(
+            rewrite(b"SELECT '@@socket', \"@@socket\", @@socket `@@socket` /* @@socket */")
+                .as_deref(),
+            Some(&b"SELECT '@@socket', \"@@socket\", '' `@@socket` /* @@socket */"[..])
+        );
+        // Executable comments are code.
+        assert_eq!(
+            rewrite(b"SELECT /*! @@socket */").as_deref(),
+            Some(&b"SELECT /*! '' */"[..])
+        );
+    }
+
+    #[test]
+    fn the_sessions_quoting_decides_where_a_string_ends() {
+        // With backslash escapes the string runs to the last quote; without, `@@socket` is code.
+        let sql = b"SELECT 'a\\', @@socket, 'b'";
+        assert_eq!(rewrite_in(sql, Quoting::DEFAULT), None);
+        assert_eq!(
+            rewrite_in(sql, Quoting::NO_BACKSLASH_ESCAPES).as_deref(),
+            Some(&b"SELECT 'a\\', '', 'b'"[..])
+        );
     }
 }
