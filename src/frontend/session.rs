@@ -242,6 +242,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .next_raw_packet()
             .await
             .map_err(SessionEnd::Client)?;
+        // Whatever answers the command follows the client's last packet of it (updated as the
+        // packets that continue this one are read).
+        self.relay.next_seq = parse_header(&first).1.wrapping_add(1);
         let (raw, joined) = if is_continued(&first) && first.get(4) == Some(&COM_QUERY) {
             // A statement of 16 MiB or more: the proxy may need all of it (a long ACK list),
             // so join it here, up to JOIN_LIMIT; it is re-split when sent on.
@@ -427,6 +430,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         // follows the client's last packet. If a write fails, the rest of the command is still
         // read (and dropped), so that the error reaches a client that is reading again.
         self.relay.next_seq = parse_header(raw).1.wrapping_add(1);
+        // The server numbers its answer after the client's own packets.
+        self.relay.seq_shift = 0;
         let mut failed = self.backend.conn.get_mut().write_all(raw).await.err();
         let mut more = is_continued(raw);
         while let Some(next) = self.next_continuation(&mut more).await? {
@@ -458,7 +463,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return Ok(Joined::TooLong { packets });
             }
             match self.next_continuation(&mut more).await? {
-                Some(next) => packets.push(next),
+                Some(next) => {
+                    self.relay.next_seq = parse_header(&next).1.wrapping_add(1);
+                    packets.push(next)
+                }
                 None => break,
             }
         }
@@ -577,18 +585,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Ok(())
     }
 
-    /// Sends `sql` to the backend as a COM_QUERY of the proxy's own (its answer is the
-    /// caller's to relay).
+    /// Sends `sql` to the backend as a COM_QUERY of the proxy's own, in place of the client's
+    /// current command (its answer is the caller's to relay). The server numbers its answer after
+    /// the packets of `sql`, the client expects it after those of its command (`relay.next_seq`):
+    /// they differ when one of them took several 16 MiB packets and the other did not (an `ACK`
+    /// rewritten into a longer UPDATE), so the relay renumbers the answer.
     pub(super) async fn send_statement(&mut self, sql: &[u8]) -> Result<(), SessionEnd> {
         let mut payload = Vec::with_capacity(sql.len() + 1);
         payload.push(COM_QUERY);
         payload.extend_from_slice(sql);
         let mut raw = bytes::BytesMut::new();
-        crate::protocol::packet::encode_packet(&mut raw, 0, &payload);
+        let server_next = crate::protocol::packet::encode_packet(&mut raw, 0, &payload);
+        self.relay.seq_shift = self.relay.next_seq.wrapping_sub(server_next);
         let backend = self.backend.conn.get_mut();
         backend.write_all(&raw).await.map_err(SessionEnd::Backend)?;
         backend.flush().await.map_err(SessionEnd::Backend)?;
-        self.relay.next_seq = 1;
         Ok(())
     }
 
@@ -655,12 +666,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         .map_err(SessionEnd::Client)
     }
 
-    /// Answers the current command with an error of the proxy's own; the session goes on.
+    /// Answers the current command with an error of the proxy's own (after the client's last
+    /// packet of it); the session goes on.
     pub(super) async fn reply_error(&mut self, err: ErrorPacket) -> Result<(), SessionEnd> {
-        write_packet(self.client.get_mut(), 1, &err.encode(true))
-            .await
-            .map(|_| ())
-            .map_err(SessionEnd::Client)
+        write_packet(
+            self.client.get_mut(),
+            self.relay.next_seq,
+            &err.encode(true),
+        )
+        .await
+        .map(|_| ())
+        .map_err(SessionEnd::Client)
     }
 
     /// COM_CHANGE_USER: the new user is checked against the proxy's own users; the backend
