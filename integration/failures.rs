@@ -419,8 +419,10 @@ async fn connection_limit_bounds_backend_sessions() {
 
 /// The backend drops the connection in the middle of a long command (here: a 32 MiB query, three
 /// packets, against a server whose max_allowed_packet is 20 MiB). msgproxy reads the rest of the
-/// command and answers 1158 after the client's last packet (sequence id 3): QA's PyMySQL client
-/// got it with sequence id 2 and reported "Packet sequence number wrong" instead.
+/// command and answers after the client's last packet (sequence id 3): QA's PyMySQL client got
+/// msgproxy's 1158 with sequence id 2 and reported "Packet sequence number wrong" instead. The
+/// answer is the server's own 1153, which it sent before closing (see
+/// `a_statement_over_max_allowed_packet_gets_the_servers_error`).
 #[tokio::test]
 async fn backend_lost_mid_command_errors_after_the_last_packet() {
     let server = MariaDb::start_with(&["--max-allowed-packet=20M"]);
@@ -435,9 +437,48 @@ async fn backend_lost_mid_command_errors_after_the_last_packet() {
     // send_command left the expected sequence id after the last packet it wrote (2): 3.
     match conn.read_packet().await.map(|p| raw::parse_err(&p)) {
         Ok(RawError::Server { code, state, .. }) => {
-            assert_eq!((code, state.as_str()), (1158, "08S01"))
+            assert_eq!((code, state.as_str()), (1153, "08S01"))
         }
-        other => panic!("expected 1158 with sequence id 3, got {other:?}"),
+        other => panic!("expected 1153 with sequence id 3, got {other:?}"),
     }
+    proxy.assert_alive();
+}
+
+/// A statement longer than the server's `max_allowed_packet`: the server sends ERR 1153 and closes
+/// the connection while msgproxy is still writing the statement, so the write fails (broken pipe).
+/// The client gets the server's 1153, as it would directly, not msgproxy's "Lost connection to
+/// the backend" (1158) that QA saw for a 65 MB query; the session ends with the backend
+/// connection, and the proxy goes on serving other clients.
+#[tokio::test]
+async fn a_statement_over_max_allowed_packet_gets_the_servers_error() {
+    let server = MariaDb::start_with(&["--max-allowed-packet=1M"]);
+    let proxy = Proxy::start(&server.url("test"), &[], None);
+    // The client would refuse to send it itself, knowing the server's limit.
+    let big_client =
+        |port| opts(port, "root", None, Some("test")).max_allowed_packet(Some(64 << 20));
+    let mut sql = "SELECT LENGTH('".to_string();
+    sql.push_str(&"x".repeat(4 << 20));
+    sql.push_str("')");
+    // (Directly, mysql_async fails with the broken pipe itself: unlike libmariadb it does not read
+    // the server's answer after a failed write. msgproxy has read the whole statement first.)
+    let mut c = within(15, "connect", Conn::new(big_client(proxy.port())))
+        .await
+        .expect("connect through msgproxy");
+    let answer = within(30, "the 4 MiB query", c.query_drop(&sql)).await;
+    match answer.map_err(|e| Failure::of(&e)) {
+        Err(Failure::Server { code, state, .. }) => assert_eq!(
+            (code, state.as_str()),
+            (1153, "08S01"),
+            "{}",
+            crate::support::process::tail(&proxy.log_path(), 3000)
+        ),
+        other => panic!(
+            "expected 1153, got {other:?}\n{}",
+            crate::support::process::tail(&proxy.log_path(), 3000)
+        ),
+    }
+    let mut other = connect(proxy.port()).await.expect("another client");
+    let one: Option<i64> = other.query_first("SELECT 1").await.expect("SELECT 1");
+    assert_eq!(one, Some(1));
     proxy.assert_alive();
 }

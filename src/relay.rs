@@ -66,6 +66,13 @@ pub struct Relay {
     /// Sequence id the next packet to the client would carry; used to place an error of the
     /// proxy's own when the backend fails mid-response.
     pub next_seq: u8,
+    /// Added (wrapping) to the sequence id of every packet of the response on its way to the
+    /// client, and taken off those the client sends back mid-response (LOCAL INFILE). Zero when
+    /// the server got the client's own command; else the client's command and the proxy's
+    /// statement took different numbers of packets (an `ACK` in one packet rewritten into an
+    /// UPDATE of 16 MiB or more, or the reverse), and the server numbers its answer after its
+    /// packets while the client expects it after its own.
+    pub seq_shift: u8,
     /// Whether the last response ended in an error.
     pub failed: bool,
     /// Affected rows of the last response, summed over its OK results (the ack counters).
@@ -80,6 +87,7 @@ impl Relay {
             deprecate_eof: session_capabilities.contains(CapabilityFlags::CLIENT_DEPRECATE_EOF),
             status: initial_status,
             next_seq: 1,
+            seq_shift: 0,
             failed: false,
             affected_rows: 0,
             prepared_statement: None,
@@ -181,7 +189,11 @@ impl Relay {
                     fill_at_least(backend, HEADER_LEN + 1).await?;
                 }
             }
-            let (len, seq) = parse_header(backend.buffered());
+            let (len, mut seq) = parse_header(backend.buffered());
+            if self.seq_shift != 0 {
+                seq = seq.wrapping_add(self.seq_shift);
+                backend.set_buffered_seq(seq);
+            }
             self.next_seq = seq.wrapping_add(1);
             let was_continuation = continuation;
             continuation = len == MAX_PAYLOAD;
@@ -207,7 +219,7 @@ impl Relay {
                 // The server asked for a local file: pass the request on, then the file's packets
                 // from the client up to the empty one that ends it; the server then answers.
                 flush(client, &mut pending).await?;
-                upload_local_file(client, backend).await?;
+                upload_local_file(client, backend, self.seq_shift).await?;
             }
             state = next;
         }
@@ -374,10 +386,12 @@ async fn fill_at_least<B: AsyncRead + Unpin>(
 }
 
 /// Streams a LOCAL INFILE upload from the client to the backend: physical packets up to and
-/// including the empty packet that ends the file.
+/// including the empty packet that ends the file, renumbered back by `seq_shift` (see
+/// [`Relay::seq_shift`]).
 async fn upload_local_file<C, B>(
     client: &mut PacketReader<C>,
     backend: &mut PacketReader<B>,
+    seq_shift: u8,
 ) -> Result<(), RelayError>
 where
     C: AsyncRead + AsyncWrite + Unpin,
@@ -385,8 +399,11 @@ where
 {
     let mut continuation = false;
     loop {
-        let raw = client.next_raw_packet().await.map_err(RelayError::Client)?;
-        let (len, _) = parse_header(&raw);
+        let mut raw = client.next_raw_packet().await.map_err(RelayError::Client)?;
+        let (len, seq) = parse_header(&raw);
+        if let Some(byte) = raw.get_mut(HEADER_LEN - 1) {
+            *byte = seq.wrapping_sub(seq_shift);
+        }
         backend
             .get_mut()
             .write_all(&raw)

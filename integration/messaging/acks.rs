@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use super::harness::{ack, comment, exec, ids, now_ns, secs, Env, Msg, Stream, SEC};
+use crate::support::Failure;
+use mysql_async::prelude::*;
 
 /// The claim of MESSAGING.md §5, in seconds: `max` 0 means no cap.
 struct Backoff {
@@ -507,4 +509,108 @@ async fn dropping_a_busy_table_logs_no_failure() {
     let log = env.proxy.log();
     let gone = format!("`{}`.`d` failed", env.db);
     assert!(!log.contains(&gone), "{log}");
+}
+
+/// An `ACK` whose UPDATE takes more 16 MiB packets than the client's statement did: the server
+/// numbers its answer after the UPDATE's packets, the client expects it after its own (QA's PHP
+/// client: "Packets out of order. Expected 1 received 2", then 2006). Numbers written without
+/// spaces (`1,2,...`) are rewritten as `1, 2, ...`, one byte longer each. Three cases: an ACK in
+/// one packet whose UPDATE takes two; one in two packets whose UPDATE takes three; and one in
+/// two packets refused by msgproxy itself (not a message table). Each is answered in sequence
+/// and the connection goes on.
+#[tokio::test]
+async fn an_ack_rewritten_past_16_mib_is_answered_in_sequence() {
+    const PACKET: usize = 0xFF_FFFF;
+    let env = Env::new("msg_big_acks").await;
+    env.ddl(&format!(
+        "create table big(id bigint primary key, time_next bigint, epoch bigint,
+           time_acked bigint, message varchar(20)) comment '{}'",
+        comment("30", 10, "30", "")
+    ))
+    .await;
+    // Ten-digit ids: 11 bytes each in the ACK, 12 in the UPDATE.
+    let cases: [(&str, i64, i64, usize, usize); 2] = [
+        (
+            "one packet, rewritten into two",
+            1_000_000_000,
+            1_450_000,
+            1,
+            2,
+        ),
+        (
+            "two packets, rewritten into three",
+            2_000_000_000,
+            2_900_000,
+            2,
+            3,
+        ),
+    ];
+    let rows_per_case = 500;
+    for (_, first, count, _, _) in cases {
+        let values: Vec<String> = (0..rows_per_case)
+            .map(|k| format!("({},'m')", first + k * (count / rows_per_case)))
+            .collect();
+        env.direct(&format!(
+            "insert into big(id, message) values {}",
+            values.join(",")
+        ))
+        .await;
+    }
+    let mut c = env.proxy_conn().await;
+    let run = async |c: &mut mysql_async::Conn, sql: &str| {
+        let answer = tokio::time::timeout(secs(180.0), c.query_drop(sql))
+            .await
+            .unwrap_or_else(|_| panic!("no answer to a {} byte ACK within 180 s", sql.len()));
+        answer
+            .map(|()| c.affected_rows())
+            .map_err(|e| Failure::of(&e))
+    };
+    for (what, first, count, packets, rewritten) in cases {
+        let list: Vec<String> = (first..first + count).map(|i| i.to_string()).collect();
+        let sql = format!("ACK big {}", list.join(","));
+        drop(list);
+        // `COM_QUERY` byte included; the UPDATE is at least one byte longer per id.
+        let payload = sql.len() + 1;
+        assert_eq!(
+            payload.div_ceil(PACKET),
+            packets,
+            "{what}: the ACK's packets"
+        );
+        assert!(
+            (payload + count as usize).div_ceil(PACKET) >= rewritten,
+            "{what}: the UPDATE's packets"
+        );
+        let acked = run(&mut c, &sql).await;
+        assert_eq!(acked, Ok(rows_per_case as u64), "{what}\n{}", env.log());
+        let one = tokio::time::timeout(secs(15.0), c.query_first::<i64, _>("SELECT 1")).await;
+        assert!(
+            matches!(one, Ok(Ok(Some(1)))),
+            "{what}: SELECT 1 after the ACK: {one:?}"
+        );
+        let mut direct = env.direct_conn().await;
+        let unacked: Option<i64> = direct
+            .query_first(format!(
+                "select count(*) from big where id between {first} and {} and time_acked is null",
+                first + count
+            ))
+            .await
+            .expect("count the rows left unacked");
+        assert_eq!(unacked, Some(0), "{what}: rows left unacked");
+        let _ = direct.disconnect().await;
+    }
+    // Refused by msgproxy before any UPDATE: its own error follows the client's two packets.
+    let list: Vec<String> = (3_000_000_000i64..3_001_600_000)
+        .map(|i| i.to_string())
+        .collect();
+    let sql = format!("ACK not_a_message_table {}", list.join(","));
+    assert_eq!((sql.len() + 1).div_ceil(PACKET), 2);
+    match run(&mut c, &sql).await {
+        Err(Failure::Server { code, .. }) => assert_eq!(code, 1146, "no such table"),
+        other => panic!("ACK of a table that does not exist, two packets: {other:?}"),
+    }
+    let one = tokio::time::timeout(secs(15.0), c.query_first::<i64, _>("SELECT 1")).await;
+    assert!(
+        matches!(one, Ok(Ok(Some(1)))),
+        "SELECT 1 after the refused ACK: {one:?}"
+    );
 }

@@ -76,7 +76,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         match statement {
             VirtualStatement::SetWorkload => {
                 let ok = ok_packet(0, 0, self.relay.status, 0);
-                write_packet(self.client.get_mut(), 1, &ok)
+                write_packet(self.client.get_mut(), self.relay.next_seq, &ok)
                     .await
                     .map_err(SessionEnd::Client)?;
                 Ok(())
@@ -98,7 +98,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             None => match self.current_database().await? {
                 Asked::Value(db) => db,
                 Asked::Refused(err) => {
-                    write_packet(self.client.get_mut(), 1, &err)
+                    write_packet(self.client.get_mut(), self.relay.next_seq, &err)
                         .await
                         .map_err(SessionEnd::Client)?;
                     return Ok(None);
@@ -138,7 +138,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 );
                 match self.backend.query(&probe, self.deprecate_eof()).await {
                     Ok(QueryOutcome::Err(err)) => {
-                        write_packet(self.client.get_mut(), 1, &err)
+                        write_packet(self.client.get_mut(), self.relay.next_seq, &err)
                             .await
                             .map_err(SessionEnd::Client)?;
                         return Ok(None);
@@ -276,7 +276,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             match self.ask_server("@@character_set_client").await? {
                 Asked::Value(cs) => cs,
                 Asked::Refused(err) => {
-                    return write_packet(self.client.get_mut(), 1, &err)
+                    return write_packet(self.client.get_mut(), self.relay.next_seq, &err)
                         .await
                         .map(|_| ())
                         .map_err(SessionEnd::Client)

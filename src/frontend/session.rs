@@ -14,7 +14,7 @@ use super::Context;
 use crate::backend::{Backend, LoginReply};
 use crate::protocol::auth::Plugin;
 use crate::protocol::commands::*;
-use crate::protocol::packet::{parse_header, write_packet, PacketReader, MAX_PAYLOAD};
+use crate::protocol::packet::{parse_header, write_packet, PacketReader, HEADER_LEN, MAX_PAYLOAD};
 use crate::protocol::wire::{self, ErrorPacket};
 use crate::relay::{Relay, RelayError, ResponseKind};
 use crate::sql::{self, Action};
@@ -23,6 +23,16 @@ use crate::sql::{self, Action};
 /// msgproxy answers itself (STREAM, ACK) must fit; anything longer is streamed to the server
 /// without being held (so memory per session stays bounded whatever a client sends).
 const JOIN_LIMIT: usize = 2 * MAX_PAYLOAD;
+
+/// How long the proxy reads for the server's answer after writing a command to it failed. The
+/// server that refuses a packet (over its `max_allowed_packet`) sends its error and closes before
+/// the proxy's write fails, so the error is already in the socket's buffer; a lost connection
+/// ends the read at once. This bounds only a connection that takes no more and says nothing.
+const REFUSAL_READ: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The longest server error packet the proxy passes on after a failed write (a real one is a few
+/// hundred bytes: code, SQLSTATE and a message of at most 512 characters).
+const REFUSAL_MAX_LEN: usize = 4096;
 
 /// Whether a physical packet (header included) is continued by the next one: its payload is
 /// exactly [`MAX_PAYLOAD`]. (A command joined by `join_continuation` is re-framed, longer than
@@ -113,6 +123,11 @@ pub(super) enum SessionEnd {
     /// The backend closed the connection between commands (KILL, wait_timeout, shutdown).
     #[error("backend closed the connection: {0}")]
     BackendClosed(std::io::Error),
+    /// The server refused a command with an error and closed the connection while the proxy was
+    /// still writing the command (a packet over its `max_allowed_packet`). The client has had the
+    /// server's error, as a direct client would.
+    #[error("backend refused the command and closed the connection: {0}")]
+    BackendRefused(std::io::Error),
     #[error("backend sent a malformed response")]
     Protocol,
     #[error("proxy shutting down")]
@@ -168,7 +183,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let end = self.command_loop().await;
         let peer = self.peer;
         match &end {
-            SessionEnd::Quit | SessionEnd::Client(_) | SessionEnd::BackendClosed(_) => {
+            SessionEnd::Quit
+            | SessionEnd::Client(_)
+            | SessionEnd::BackendClosed(_)
+            | SessionEnd::BackendRefused(_) => {
                 debug!(%peer, "session ended: {end}")
             }
             SessionEnd::Shutdown => {
@@ -246,6 +264,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             .next_raw_packet()
             .await
             .map_err(SessionEnd::Client)?;
+        // Whatever answers the command follows the client's last packet of it (updated as the
+        // packets that continue this one are read).
+        self.relay.next_seq = parse_header(&first).1.wrapping_add(1);
         let (raw, joined) = if is_continued(&first) && first.get(4) == Some(&COM_QUERY) {
             // A statement of 16 MiB or more: the proxy may need all of it (a long ACK list),
             // so join it here, up to JOIN_LIMIT; it is re-split when sent on.
@@ -453,11 +474,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// Sends a command to the backend: this physical packet and, for a command of 16 MiB or
     /// more, the physical packets that continue it, streamed as they arrive.
     async fn send_to_backend(&mut self, raw: &[u8]) -> Result<(), SessionEnd> {
+        self.send_to_backend_after(&[], raw).await
+    }
+
+    /// [`Session::send_to_backend`] for a command whose first physical packets, `before`, were
+    /// read already (the head of a long statement).
+    async fn send_to_backend_after(
+        &mut self,
+        before: &[bytes::BytesMut],
+        raw: &[u8],
+    ) -> Result<(), SessionEnd> {
         // An answer (the server's, or msgproxy's own error if the backend is lost meanwhile)
         // follows the client's last packet. If a write fails, the rest of the command is still
         // read (and dropped), so that the error reaches a client that is reading again.
         self.relay.next_seq = parse_header(raw).1.wrapping_add(1);
-        let mut failed = self.backend.conn.get_mut().write_all(raw).await.err();
+        // The server numbers its answer after the client's own packets.
+        self.relay.seq_shift = 0;
+        let mut failed = None;
+        for packet in before.iter().map(|p| &p[..]).chain([raw]) {
+            if failed.is_none() {
+                failed = self.backend.conn.get_mut().write_all(packet).await.err();
+            }
+        }
         let mut more = is_continued(raw);
         while let Some(next) = self.next_continuation(&mut more).await? {
             self.relay.next_seq = parse_header(&next).1.wrapping_add(1);
@@ -465,16 +503,46 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 failed = self.backend.conn.get_mut().write_all(&next).await.err();
             }
         }
-        if let Some(e) = failed {
-            return Err(SessionEnd::Backend(e));
+        if failed.is_none() {
+            failed = self.backend.conn.get_mut().flush().await.err();
         }
-        self.backend
-            .conn
-            .get_mut()
-            .flush()
-            .await
-            .map_err(SessionEnd::Backend)?;
-        Ok(())
+        match failed {
+            Some(e) => Err(self.write_failed(e).await),
+            None => Ok(()),
+        }
+    }
+
+    /// Writing the current command to the backend failed with `e`. The server may have refused
+    /// it and closed the connection: MariaDB answers a packet over its `max_allowed_packet` with
+    /// ERR 1153 and closes while the proxy is still writing, so the write fails (broken pipe)
+    /// with that error unread. A short read looks for it; if it is there, it goes to the client
+    /// (after the client's last packet, `relay.next_seq`) in place of the proxy's own 1158, as a
+    /// direct client would see it. The backend connection is gone either way: the session ends.
+    async fn write_failed(&mut self, e: std::io::Error) -> SessionEnd {
+        let conn = &mut self.backend.conn;
+        let read_err = async {
+            conn.fill_to(HEADER_LEN + 1).await?;
+            let (len, _) = parse_header(conn.buffered());
+            if conn.buffered().get(HEADER_LEN) != Some(&wire::ERR_HEADER) || len > REFUSAL_MAX_LEN {
+                return Err(std::io::Error::from(std::io::ErrorKind::InvalidData));
+            }
+            conn.fill_to(HEADER_LEN + len).await?;
+            Ok::<_, std::io::Error>(conn.take_buffered(HEADER_LEN + len))
+        };
+        let err = match tokio::time::timeout(REFUSAL_READ, read_err).await {
+            Ok(Ok(err)) => err,
+            _ => return SessionEnd::Backend(e),
+        };
+        match write_packet(
+            self.client.get_mut(),
+            self.relay.next_seq,
+            &err[HEADER_LEN..],
+        )
+        .await
+        {
+            Ok(_) => SessionEnd::BackendRefused(e),
+            Err(client) => SessionEnd::Client(client),
+        }
     }
 
     /// Reads the physical packets that continue `first` and returns the whole logical packet,
@@ -488,7 +556,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return Ok(Joined::TooLong { packets });
             }
             match self.next_continuation(&mut more).await? {
-                Some(next) => packets.push(next),
+                Some(next) => {
+                    self.relay.next_seq = parse_header(&next).1.wrapping_add(1);
+                    packets.push(next)
+                }
                 None => break,
             }
         }
@@ -526,15 +597,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             );
             return self.refuse_long_command(last, err).await;
         }
-        // If the backend is lost while these are written, the error follows the client's last
-        // packet read so far.
-        self.relay.next_seq = parse_header(last).1.wrapping_add(1);
-        let backend = self.backend.conn.get_mut();
-        for p in before {
-            backend.write_all(p).await.map_err(SessionEnd::Backend)?;
-        }
         // The last packet read is a full one: this streams the rest of the statement.
-        self.relay_command(last, ResponseKind::Results).await?;
+        self.send_to_backend_after(before, last).await?;
+        self.relay
+            .forward_response(
+                ResponseKind::Results,
+                &mut self.client,
+                &mut self.backend.conn,
+            )
+            .await?;
         let head = &packets[0][5..];
         // Only its head was seen: a USE may follow in a part the proxy never held.
         if self.multi_statements
@@ -608,19 +679,29 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Ok(())
     }
 
-    /// Sends `sql` to the backend as a COM_QUERY of the proxy's own (its answer is the
-    /// caller's to relay).
+    /// Sends `sql` to the backend as a COM_QUERY of the proxy's own, in place of the client's
+    /// current command (its answer is the caller's to relay). The server numbers its answer after
+    /// the packets of `sql`, the client expects it after those of its command (`relay.next_seq`):
+    /// they differ when one of them took several 16 MiB packets and the other did not (an `ACK`
+    /// rewritten into a longer UPDATE), so the relay renumbers the answer.
     pub(super) async fn send_statement(&mut self, sql: &[u8]) -> Result<(), SessionEnd> {
         let mut payload = Vec::with_capacity(sql.len() + 1);
         payload.push(COM_QUERY);
         payload.extend_from_slice(sql);
         let mut raw = bytes::BytesMut::new();
-        crate::protocol::packet::encode_packet(&mut raw, 0, &payload);
+        let server_next = crate::protocol::packet::encode_packet(&mut raw, 0, &payload);
+        self.relay.seq_shift = self.relay.next_seq.wrapping_sub(server_next);
         let backend = self.backend.conn.get_mut();
-        backend.write_all(&raw).await.map_err(SessionEnd::Backend)?;
-        backend.flush().await.map_err(SessionEnd::Backend)?;
-        self.relay.next_seq = 1;
-        Ok(())
+        let written = match backend.write_all(&raw).await {
+            Ok(()) => backend.flush().await,
+            Err(e) => Err(e),
+        };
+        // The server may refuse it as it refuses a client's (an UPDATE over its
+        // max_allowed_packet).
+        match written {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.write_failed(e).await),
+        }
     }
 
     /// Relays the results of the statement just sent, all but their end, which is returned for
@@ -686,12 +767,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         .map_err(SessionEnd::Client)
     }
 
-    /// Answers the current command with an error of the proxy's own; the session goes on.
+    /// Answers the current command with an error of the proxy's own (after the client's last
+    /// packet of it); the session goes on.
     pub(super) async fn reply_error(&mut self, err: ErrorPacket) -> Result<(), SessionEnd> {
-        write_packet(self.client.get_mut(), 1, &err.encode(true))
-            .await
-            .map(|_| ())
-            .map_err(SessionEnd::Client)
+        write_packet(
+            self.client.get_mut(),
+            self.relay.next_seq,
+            &err.encode(true),
+        )
+        .await
+        .map(|_| ())
+        .map_err(SessionEnd::Client)
     }
 
     /// COM_CHANGE_USER: the new user is checked against the proxy's own users; the backend

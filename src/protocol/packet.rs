@@ -76,6 +76,15 @@ impl<R> PacketReader<R> {
         (self.inner, self.buf)
     }
 
+    /// Renumbers the packet whose header starts the buffer (at least [`HEADER_LEN`] bytes must be
+    /// buffered, else nothing changes): the relay passes an answer to a statement of the proxy's
+    /// own on with the sequence ids of the client's command.
+    pub fn set_buffered_seq(&mut self, seq: u8) {
+        if let Some(byte) = self.buf.get_mut(HEADER_LEN - 1) {
+            *byte = seq;
+        }
+    }
+
     /// Takes up to `max` already-buffered bytes (used to stream a large packet through piecewise).
     pub fn take_buffered(&mut self, max: usize) -> BytesMut {
         let n = max.min(self.buf.len());
