@@ -8,11 +8,9 @@ use mysql_common::constants::CapabilityFlags;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tracing::{debug, warn};
 
-use super::change_user::ChangeUser;
-use super::login::{access_denied, auth_switch_request, check_password, checkable_plugin};
+use super::messages::virtual_not_prepared;
 use super::Context;
-use crate::backend::{Backend, LoginReply};
-use crate::protocol::auth::Plugin;
+use crate::backend::Backend;
 use crate::protocol::commands::*;
 use crate::protocol::packet::{parse_header, write_packet, PacketReader, HEADER_LEN, MAX_PAYLOAD};
 use crate::protocol::wire::{self, ErrorPacket};
@@ -58,7 +56,7 @@ pub struct Session<S> {
     pub(super) client: PacketReader<S>,
     pub(super) backend: Backend,
     pub(super) relay: Relay,
-    capabilities: CapabilityFlags,
+    pub(super) capabilities: CapabilityFlags,
     /// The session's current database, used to resolve unqualified message table names: known
     /// only while certain (see `sql::current_db`), else asked of the server when needed.
     pub(super) current_db: CurrentDb,
@@ -82,9 +80,9 @@ pub struct Session<S> {
     /// form does.
     prepared_kills: super::interrupts::PreparedKills,
     /// The challenge of the initial handshake; clients answer COM_CHANGE_USER with it.
-    nonce: [u8; 20],
-    user: String,
-    peer: SocketAddr,
+    pub(super) nonce: [u8; 20],
+    pub(super) user: String,
+    pub(super) peer: SocketAddr,
 }
 
 /// What the proxy knows of the session's current database.
@@ -633,7 +631,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// The server started the session afresh (COM_RESET_CONNECTION, COM_CHANGE_USER, or one
     /// refused): its prepared statements are gone, and an open transaction with them.
-    fn forget_session_state(&mut self) {
+    pub(super) fn forget_session_state(&mut self) {
         self.risky_prepared = false;
         self.prepared_writes = Default::default();
         self.prepared_kills = Default::default();
@@ -779,109 +777,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         .map(|_| ())
         .map_err(SessionEnd::Client)
     }
-
-    /// COM_CHANGE_USER: the new user is checked against the proxy's own users; the backend
-    /// connection is then reset with COM_CHANGE_USER for the proxy's backend user, so the
-    /// session state is cleared exactly as the server clears it.
-    async fn change_user(&mut self, payload: &[u8]) -> Result<(), SessionEnd> {
-        let Some(request) = ChangeUser::parse(payload, self.capabilities) else {
-            return self
-                .reply_error(ErrorPacket::new(
-                    ER_UNKNOWN_COM_ERROR,
-                    "08S01",
-                    "Malformed COM_CHANGE_USER packet",
-                ))
-                .await;
-        };
-        let user = String::from_utf8_lossy(request.user).into_owned();
-        let client = self.client.get_mut();
-        let mut seq = 1u8;
-        let plugin_auth = self
-            .capabilities
-            .contains(CapabilityFlags::CLIENT_PLUGIN_AUTH);
-        let checkable = checkable_plugin(
-            &self.ctx,
-            &user,
-            plugin_auth,
-            request.plugin,
-            request.auth_response,
-        );
-        let (plugin, response) = match checkable {
-            Some(p) => (p, request.auth_response.to_vec()),
-            None => {
-                write_packet(client, seq, &auth_switch_request(&self.nonce))
-                    .await
-                    .map_err(SessionEnd::Client)?;
-                let reply = self
-                    .client
-                    .next_logical_packet(1 << 16)
-                    .await
-                    .map_err(SessionEnd::Client)?;
-                seq = reply.seq.wrapping_add(1);
-                (Plugin::Native, reply.payload.to_vec())
-            }
-        };
-        let client = self.client.get_mut();
-        if !check_password(&self.ctx, &user, plugin, &self.nonce, &response) {
-            self.ctx.metrics.login_failed();
-            // The server resets the session on a failed COM_CHANGE_USER too (user variables,
-            // temporary tables, prepared statements go; the database stays): so does msgproxy.
-            if let Err(e) = self.backend.reset_connection().await {
-                return Err(SessionEnd::Backend(std::io::Error::other(e.to_string())));
-            }
-            self.forget_session_state();
-            let client = self.client.get_mut();
-            let err = access_denied(&user, self.peer, !response.is_empty());
-            write_packet(client, seq, &err.encode(true))
-                .await
-                .map_err(SessionEnd::Client)?;
-            return Ok(());
-        }
-        if plugin == Plugin::CachingSha2 && !response.is_empty() {
-            seq = write_packet(client, seq, &[0x01, 0x03])
-                .await
-                .map_err(SessionEnd::Client)?;
-        }
-        let reply = self
-            .backend
-            .change_user(
-                &self.ctx.config.backend,
-                request.database,
-                request.charset,
-                request.connect_attrs,
-            )
-            .await
-            .map_err(|e| SessionEnd::Backend(std::io::Error::other(e.to_string())))?;
-        match reply {
-            LoginReply::Ok(ok) => {
-                self.relay = Relay::new(
-                    self.capabilities,
-                    wire::status_flags(&ok).unwrap_or(self.relay.status),
-                );
-                self.user = user;
-                self.current_db = CurrentDb::named(request.database);
-                self.multi_statements = self
-                    .capabilities
-                    .contains(CapabilityFlags::CLIENT_MULTI_STATEMENTS);
-                self.forget_session_state();
-                write_packet(self.client.get_mut(), seq, &ok)
-                    .await
-                    .map_err(SessionEnd::Client)?;
-            }
-            LoginReply::Err(err) => {
-                write_packet(self.client.get_mut(), seq, &err)
-                    .await
-                    .map_err(SessionEnd::Client)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The statement id a `COM_STMT_EXECUTE`/`CLOSE`/`BULK_EXECUTE` payload names.
-fn statement_id(payload: &[u8]) -> Option<u32> {
-    let bytes = payload.get(1..5)?;
-    Some(u32::from_le_bytes(bytes.try_into().ok()?))
 }
 
 /// A one-packet `COM_STMT_PREPARE` (`raw`, header included) with the `@@socket` rewrite applied
@@ -894,15 +789,4 @@ fn rewritten_prepare(raw: &[u8], quoting: sql::Quoting) -> Option<bytes::BytesMu
     let mut framed = bytes::BytesMut::new();
     crate::protocol::packet::encode_packet(&mut framed, parse_header(raw).1, &command);
     Some(framed)
-}
-
-/// The refusal of a virtual statement prepared (over the binary protocol, or with SQL `PREPARE`
-/// / `EXECUTE IMMEDIATE` of a literal): the proxy answers them over the text protocol only, and
-/// the server would call them a syntax error, which is not the reason.
-fn virtual_not_prepared() -> ErrorPacket {
-    ErrorPacket::new(
-        ER_UNSUPPORTED_PS,
-        "HY000",
-        "STREAM, ACK, SET workload and SHOW MESSAGE TABLES are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
-    )
 }

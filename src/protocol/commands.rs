@@ -129,3 +129,9 @@ mod tests {
         }
     }
 }
+
+/// The statement id a `COM_STMT_EXECUTE`/`CLOSE`/`BULK_EXECUTE`/`RESET` payload names.
+pub fn statement_id(payload: &[u8]) -> Option<u32> {
+    let bytes = payload.get(1..5)?;
+    Some(u32::from_le_bytes(bytes.try_into().ok()?))
+}
