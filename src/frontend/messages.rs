@@ -495,6 +495,17 @@ fn unhex(hex: &[u8]) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The refusal of a virtual statement prepared (over the binary protocol, or with SQL `PREPARE`
+/// / `EXECUTE IMMEDIATE` of a literal): the proxy answers them over the text protocol only, and
+/// the server would call them a syntax error, which is not the reason.
+pub(super) fn virtual_not_prepared() -> ErrorPacket {
+    ErrorPacket::new(
+        crate::protocol::commands::ER_UNSUPPORTED_PS,
+        "HY000",
+        "STREAM, ACK, SET workload and SHOW MESSAGE TABLES are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::unhex;
@@ -511,15 +522,4 @@ mod tests {
             assert_eq!(unhex(bad), None, "{bad:?}");
         }
     }
-}
-
-/// The refusal of a virtual statement prepared (over the binary protocol, or with SQL `PREPARE`
-/// / `EXECUTE IMMEDIATE` of a literal): the proxy answers them over the text protocol only, and
-/// the server would call them a syntax error, which is not the reason.
-pub(super) fn virtual_not_prepared() -> ErrorPacket {
-    ErrorPacket::new(
-        crate::protocol::commands::ER_UNSUPPORTED_PS,
-        "HY000",
-        "STREAM, ACK, SET workload and SHOW MESSAGE TABLES are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
-    )
 }

@@ -115,6 +115,12 @@ const _: () = {
     }
 };
 
+/// The statement id a `COM_STMT_EXECUTE`/`CLOSE`/`BULK_EXECUTE`/`RESET` payload names.
+pub fn statement_id(payload: &[u8]) -> Option<u32> {
+    let bytes = payload.get(1..5)?;
+    Some(u32::from_le_bytes(bytes.try_into().ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,10 +134,4 @@ mod tests {
             assert!(!is_client_error_code(code), "{code}");
         }
     }
-}
-
-/// The statement id a `COM_STMT_EXECUTE`/`CLOSE`/`BULK_EXECUTE`/`RESET` payload names.
-pub fn statement_id(payload: &[u8]) -> Option<u32> {
-    let bytes = payload.get(1..5)?;
-    Some(u32::from_le_bytes(bytes.try_into().ok()?))
 }
