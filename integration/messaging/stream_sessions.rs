@@ -318,3 +318,24 @@ async fn prepared_kill_query_ends_a_stream_and_the_session_goes_on() {
         .await
         .expect("the killer goes on");
 }
+
+/// A `STREAM` statement sent in two packets (padded past 16 MiB with a comment) is answered
+/// after its last packet: the result set's sequence ids follow the client's.
+#[tokio::test]
+async fn a_stream_statement_of_two_packets_is_answered_in_sequence() {
+    let env = Env::new("msg_stream_two_packets").await;
+    message_table(&env, "m").await;
+    env.via_proxy("INSERT INTO m (id, message) VALUES (1, 'a')")
+        .await;
+    let sql = format!("STREAM * FROM m /* {} */", "x".repeat(17 << 20));
+    let mut stream = Stream::open(env.proxy.port(), &env.db, &sql)
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", env.log()));
+    let got = stream.recv_or_end(secs(5.0)).await;
+    assert!(
+        matches!(&got, Ok(Some(m)) if ids(std::slice::from_ref(m)) == [1]),
+        "{got:?}\n{}",
+        env.log()
+    );
+    stream.close();
+}

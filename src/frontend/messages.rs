@@ -189,6 +189,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         match stream::serve(
             &mut self.client,
             &mut self.backend,
+            self.relay.next_seq,
             deprecate_eof,
             subscription,
             &shutdown,

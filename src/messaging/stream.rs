@@ -84,10 +84,12 @@ enum BatchError {
     Transient,
 }
 
-/// Serves a `STREAM` until the client leaves or the proxy stops.
+/// Serves a `STREAM` until the client leaves or the proxy stops. `first_seq` is the sequence id
+/// after the client's last packet of the statement (1, unless it took more than one packet).
 pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut PacketReader<S>,
     backend: &mut Backend,
+    first_seq: u8,
     deprecate_eof: bool,
     subscription: Subscription,
     shutdown: &CancellationToken,
@@ -106,11 +108,13 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             columns, status, ..
         }) => (columns, status),
         Ok(QueryOutcome::Err(err)) => {
-            let _ = crate::protocol::packet::write_packet(client.get_mut(), 1, &err).await;
+            let _ = crate::protocol::packet::write_packet(client.get_mut(), first_seq, &err).await;
             return StreamEnd::Refused;
         }
-        Ok(QueryOutcome::Ok { .. }) => return StreamEnd::BackendLost(BackendError::Protocol, 1),
-        Err(e) => return StreamEnd::BackendLost(e, 1),
+        Ok(QueryOutcome::Ok { .. }) => {
+            return StreamEnd::BackendLost(BackendError::Protocol, first_seq)
+        }
+        Err(e) => return StreamEnd::BackendLost(e, first_seq),
     };
     // With autocommit off, that SELECT began a transaction (the session refuses STREAM inside
     // one of the client's, so it is the stream's own): end it at once, or it would hold the
@@ -119,14 +123,14 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     if status & StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0 {
         match backend.query(ROLLBACK, deprecate_eof).await {
             Ok(QueryOutcome::Ok { status: s, .. }) => status = s,
-            Ok(_) => return StreamEnd::BackendLost(BackendError::Protocol, 1),
-            Err(e) => return StreamEnd::BackendLost(e, 1),
+            Ok(_) => return StreamEnd::BackendLost(BackendError::Protocol, first_seq),
+            Err(e) => return StreamEnd::BackendLost(e, first_seq),
         }
     }
     let mut out = BytesMut::new();
     let mut count = BytesMut::new();
     put_lenenc_int(&mut count, columns.len() as u64);
-    let mut seq = encode_packet(&mut out, 1, &count);
+    let mut seq = encode_packet(&mut out, first_seq, &count);
     for c in &columns {
         seq = encode_packet(&mut out, seq, c);
     }
