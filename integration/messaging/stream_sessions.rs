@@ -223,12 +223,7 @@ async fn kill_query_ends_a_stream_and_the_session_goes_on() {
 #[tokio::test]
 async fn an_idle_stream_outlives_a_short_wait_timeout() {
     let env = Env::new("msg_wait_timeout").await;
-    env.ddl(&format!(
-        "CREATE TABLE m (id bigint PRIMARY KEY, time_next bigint DEFAULT 0, epoch bigint, \
-         time_acked bigint, message varchar(64)) COMMENT '{}'",
-        comment("30", 5, "30", "")
-    ))
-    .await;
+    message_table(&env, "m").await;
     let mut stream = Stream::open_with(
         env.proxy.port(),
         &env.db,

@@ -455,6 +455,18 @@ async fn large_messages_are_claimed_within_the_byte_budget() {
     env.server.stop();
 }
 
+/// Table `m` with MESSAGING.md's indexes (`next_idx`, `ack_idx`), which the optimizer may prefer
+/// to the primary key on a small table.
+async fn indexed_table(env: &Env, poller_interval: &str) {
+    env.ddl(&format!(
+        "CREATE TABLE m (id bigint PRIMARY KEY, time_next bigint DEFAULT 0, epoch bigint, \
+         time_acked bigint, message varchar(64), INDEX next_idx(time_next, epoch), \
+         INDEX ack_idx(time_acked)) COMMENT '{}'",
+        comment("30", 5, poller_interval, "")
+    ))
+    .await;
+}
+
 /// A producer's open transaction holds no lock a claim or an ACK needs: messages already
 /// committed go out while it stays open, an ACK of them does not wait for it, and its next
 /// INSERT neither waits nor deadlocks. (On a small table the optimizer read the claim's
@@ -463,13 +475,7 @@ async fn large_messages_are_claimed_within_the_byte_budget() {
 #[tokio::test]
 async fn an_open_producer_transaction_does_not_hold_up_claims_or_acks() {
     let env = Env::new("msg_open_tx_locks").await;
-    env.ddl(&format!(
-        "CREATE TABLE m (id bigint PRIMARY KEY, time_next bigint DEFAULT 0, epoch bigint, \
-         time_acked bigint, message varchar(64), INDEX next_idx(time_next, epoch), \
-         INDEX ack_idx(time_acked)) COMMENT '{}'",
-        comment("30", 5, "30", "")
-    ))
-    .await;
+    indexed_table(&env, "30").await;
     for id in 1..=5 {
         env.via_proxy(&format!(
             "INSERT INTO m (id, message) VALUES ({id}, 'committed')"
@@ -523,13 +529,7 @@ async fn an_open_producer_transaction_does_not_hold_up_claims_or_acks() {
 #[tokio::test]
 async fn an_open_producer_transaction_does_not_hold_up_the_purge() {
     let env = Env::new("msg_open_tx_purge").await;
-    env.ddl(&format!(
-        "CREATE TABLE m (id bigint PRIMARY KEY, time_next bigint DEFAULT 0, epoch bigint, \
-         time_acked bigint, message varchar(64), INDEX next_idx(time_next, epoch), \
-         INDEX ack_idx(time_acked)) COMMENT '{}'",
-        comment("30", 5, "0.2", "")
-    ))
-    .await;
+    indexed_table(&env, "0.2").await;
     let mut producer = env.proxy_conn().await;
     exec(&mut producer, "START TRANSACTION")
         .await

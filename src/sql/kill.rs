@@ -2,6 +2,8 @@
 //! server accepts it for a connection that is between statements and forgets it, which is where a
 //! `STREAM` spends its time; the proxy reads the target so that it can end the stream itself.
 
+use mysql_common::constants::ColumnType;
+
 use super::lexer::{is_word, Quoting, SpelledTokens, TokenKind};
 
 /// The connection a `KILL [HARD | SOFT] QUERY` statement names.
@@ -87,12 +89,22 @@ pub fn executed_kill_target(payload: &[u8], bound_type: &mut Option<[u8; 2]>) ->
         let signed = ((raw << shift) as i64) >> shift;
         u64::try_from(signed).ok()
     };
-    match ty {
-        MYSQL_TYPE_TINY => int(1),
-        MYSQL_TYPE_SHORT | MYSQL_TYPE_YEAR => int(2),
-        MYSQL_TYPE_LONG | MYSQL_TYPE_INT24 => int(4),
-        MYSQL_TYPE_LONGLONG => int(8),
-        MYSQL_TYPE_VARCHAR | MYSQL_TYPE_NEWDECIMAL..=MYSQL_TYPE_STRING => {
+    match ColumnType::try_from(ty).ok()? {
+        ColumnType::MYSQL_TYPE_TINY => int(1),
+        ColumnType::MYSQL_TYPE_SHORT | ColumnType::MYSQL_TYPE_YEAR => int(2),
+        ColumnType::MYSQL_TYPE_LONG | ColumnType::MYSQL_TYPE_INT24 => int(4),
+        ColumnType::MYSQL_TYPE_LONGLONG => int(8),
+        // Sent as length-encoded strings.
+        ColumnType::MYSQL_TYPE_VARCHAR
+        | ColumnType::MYSQL_TYPE_NEWDECIMAL
+        | ColumnType::MYSQL_TYPE_ENUM
+        | ColumnType::MYSQL_TYPE_SET
+        | ColumnType::MYSQL_TYPE_TINY_BLOB
+        | ColumnType::MYSQL_TYPE_MEDIUM_BLOB
+        | ColumnType::MYSQL_TYPE_LONG_BLOB
+        | ColumnType::MYSQL_TYPE_BLOB
+        | ColumnType::MYSQL_TYPE_VAR_STRING
+        | ColumnType::MYSQL_TYPE_STRING => {
             // A length-encoded string (a one-byte length is plenty for an id).
             let (&len, rest) = value.split_first()?;
             let digits = rest.get(..usize::from(len))?;
@@ -104,18 +116,6 @@ pub fn executed_kill_target(payload: &[u8], bound_type: &mut Option<[u8; 2]>) ->
         _ => None,
     }
 }
-
-// Parameter types of the binary protocol (`enum_field_types`).
-const MYSQL_TYPE_TINY: u8 = 1;
-const MYSQL_TYPE_SHORT: u8 = 2;
-const MYSQL_TYPE_LONG: u8 = 3;
-const MYSQL_TYPE_LONGLONG: u8 = 8;
-const MYSQL_TYPE_INT24: u8 = 9;
-const MYSQL_TYPE_YEAR: u8 = 13;
-const MYSQL_TYPE_VARCHAR: u8 = 15;
-/// 246; from here to `MYSQL_TYPE_STRING` (254) all types are sent as length-encoded strings.
-const MYSQL_TYPE_NEWDECIMAL: u8 = 246;
-const MYSQL_TYPE_STRING: u8 = 254;
 
 #[cfg(test)]
 mod tests {
