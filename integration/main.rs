@@ -32,6 +32,7 @@
 //!   backend restarted under load, a consumer that stops reading, clients vanishing mid-batch,
 //!   mid-result and mid-LOAD DATA, one of two proxies SIGKILLed.
 //! - `tls` — TLS between client and proxy, optional and required.
+//! - `listen_socket` — clients on the proxy's own Unix socket (`--listen-socket`).
 //! - `raw_protocol` — commands mysql_async never sends (COM_INIT_DB, COM_SET_OPTION, cursors with
 //!   COM_STMT_FETCH, ...), byte for byte, with and without CLIENT_DEPRECATE_EOF/SESSION_TRACK.
 
@@ -46,6 +47,7 @@ mod commands;
 mod failures;
 mod faults;
 mod hostile;
+mod listen_socket;
 mod messaging;
 mod ops;
 mod raw_protocol;

@@ -22,6 +22,11 @@ pub struct Cli {
     #[arg(long, env = "MSGPROXY_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
 
+    /// Also accept clients on this Unix socket (as `mysql -S PATH`, or `localhost` in PHP and
+    /// libmariadb clients); it is created on start and removed on shutdown [default: none]
+    #[arg(long, env = "MSGPROXY_LISTEN_SOCKET", value_name = "PATH")]
+    pub listen_socket: Option<PathBuf>,
+
     /// Backend server and the credentials the proxy uses there, as
     /// mysql://user:password@host:port/database, or over the server's Unix socket as
     /// mysql://user:password@localhost/database?socket=/path/to/mysqld.sock
@@ -65,6 +70,8 @@ pub struct Cli {
 pub struct FileConfig {
     /// Address to listen on for MySQL clients.
     pub listen: Option<SocketAddr>,
+    /// A Unix socket to accept clients on as well, as `--listen-socket`.
+    pub listen_socket: Option<PathBuf>,
     /// Backend URL, as `--backend`.
     pub backend: Option<String>,
     /// Most client connections served at once.
@@ -253,6 +260,8 @@ pub struct TlsSettings {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// A Unix socket to accept clients on as well.
+    pub listen_socket: Option<PathBuf>,
     pub backend: BackendTarget,
     pub max_connections: usize,
     /// Worker threads of the async runtime.
@@ -365,11 +374,20 @@ impl Config {
             ));
         }
         let threads = cli.threads.or(file.threads).unwrap_or_else(default_threads);
+        // Absolute, because `@@socket` names it to clients, which resolve it from their own
+        // working directory.
+        let listen_socket = match cli.listen_socket.or(file.listen_socket) {
+            Some(path) => Some(std::path::absolute(&path).map_err(|e| {
+                ConfigError::Invalid(format!("listen_socket {}: {e}", path.display()))
+            })?),
+            None => None,
+        };
         if threads == 0 {
             return Err(ConfigError::Invalid("threads must be at least 1".into()));
         }
         Ok(Config {
             listen,
+            listen_socket,
             backend,
             max_connections,
             threads,
@@ -588,6 +606,19 @@ mod tests {
         let c = Config::merge(cli(&["--metrics-listen", "127.0.0.1:9200"]), f).unwrap();
         assert_eq!(c.metrics_listen.map(|a| a.port()), Some(9200));
         assert!(toml::from_str::<FileConfig>("metrics_listen = \"nope\"").is_err());
+    }
+
+    #[test]
+    fn listen_socket_from_flag_or_file_made_absolute() {
+        let c = Config::merge(cli(&[]), FileConfig::default()).unwrap();
+        assert_eq!(c.listen_socket, None);
+        let f: FileConfig = toml::from_str("listen_socket = \"/run/a.sock\"").unwrap();
+        let c = Config::merge(cli(&["--listen-socket", "/run/b.sock"]), f).unwrap();
+        assert_eq!(c.listen_socket.as_deref(), Some(Path::new("/run/b.sock")));
+        let f: FileConfig = toml::from_str("listen_socket = \"rel.sock\"").unwrap();
+        let c = Config::merge(cli(&[]), f).unwrap();
+        let path = c.listen_socket.unwrap();
+        assert!(path.is_absolute() && path.ends_with("rel.sock"), "{path:?}");
     }
 
     #[test]

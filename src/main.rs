@@ -46,6 +46,7 @@ async fn run(config: Config) -> std::process::ExitCode {
     let backend = config.backend.clone();
     let timeout = config.backend_connect_timeout;
     let listen = config.listen;
+    let listen_socket = config.listen_socket.clone();
     let engine = msgproxy::messaging::engine::Engine::start(&backend, shutdown.clone()).await;
     // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
     // and the pollers carry on alone.
@@ -86,14 +87,23 @@ async fn run(config: Config) -> std::process::ExitCode {
     let server = match Server::bind(ctx).await {
         Ok(s) => s,
         Err(e) => {
-            error!("cannot listen on {listen}: {e}");
+            error!(
+                "cannot listen on {listen}{}: {e}",
+                match &listen_socket {
+                    Some(path) => format!(" and {}", path.display()),
+                    None => String::new(),
+                }
+            );
             return std::process::ExitCode::FAILURE;
         }
     };
-    let local = server
+    let mut local = server
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_else(|_| listen.to_string());
+    if let Some(path) = server.socket_path() {
+        local = format!("{local} and {}", path.display());
+    }
     match Backend::connect(&backend, timeout).await {
         Ok(b) => {
             info!(

@@ -326,10 +326,18 @@ impl Stream {
         before: &[&str],
         sql: &str,
     ) -> Result<Stream, Failure> {
+        Stream::open_opts(opts(port, "root", None, Some(db)), before, sql).await
+    }
+
+    /// Like [`Stream::open_with`], connecting with `options` (e.g. over a Unix socket).
+    pub async fn open_opts(
+        options: mysql_async::OptsBuilder,
+        before: &[&str],
+        sql: &str,
+    ) -> Result<Stream, Failure> {
         let (cols_tx, cols_rx) = oneshot::channel();
         let (tx, rx) = mpsc::unbounded_channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let options = opts(port, "root", None, Some(db));
         let statement = sql.to_string();
         let before: Vec<String> = before.iter().map(|s| s.to_string()).collect();
         let thread = std::thread::Builder::new()

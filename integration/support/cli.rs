@@ -21,9 +21,11 @@ impl CliOutput {
     }
 }
 
-/// `mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P<port> -u<user>` plus whatever a test adds.
+/// `mariadb --no-defaults --protocol=TCP -h127.0.0.1 -P<port> -u<user>` plus whatever a test adds
+/// (or `--protocol=SOCKET -S<path>` with [`Cli::over_socket`]).
 pub struct Cli {
     port: u16,
+    socket: Option<std::path::PathBuf>,
     user: String,
     password: Option<String>,
     timeout: Duration,
@@ -33,6 +35,7 @@ impl Cli {
     pub fn new(port: u16) -> Cli {
         Cli {
             port,
+            socket: None,
             user: "root".into(),
             password: None,
             timeout: Duration::from_secs(20),
@@ -45,15 +48,28 @@ impl Cli {
         self
     }
 
+    /// Connects over this Unix socket instead of TCP.
+    pub fn over_socket(path: &std::path::Path) -> Cli {
+        Cli {
+            socket: Some(path.to_path_buf()),
+            ..Cli::new(0)
+        }
+    }
+
     fn common_args(&self) -> Vec<String> {
-        let mut args = vec![
-            "--no-defaults".to_string(),
-            "--protocol=TCP".into(),
-            "-h127.0.0.1".into(),
-            format!("-P{}", self.port),
-            format!("-u{}", self.user),
-            "--connect-timeout=10".into(),
-        ];
+        let mut args = vec!["--no-defaults".to_string()];
+        match &self.socket {
+            Some(path) => args.extend([
+                "--protocol=SOCKET".into(),
+                format!("--socket={}", path.display()),
+            ]),
+            None => args.extend([
+                "--protocol=TCP".into(),
+                "-h127.0.0.1".into(),
+                format!("-P{}", self.port),
+            ]),
+        }
+        args.extend([format!("-u{}", self.user), "--connect-timeout=10".into()]);
         if let Some(password) = &self.password {
             args.push(format!("--password={password}"));
         }

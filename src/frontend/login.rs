@@ -1,17 +1,15 @@
 //! The connection phase of one client: greeting, optional TLS upgrade, the proxy's own password
 //! check, then the login to the backend with the client's session settings.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::{BufMut, BytesMut};
 use mysql_common::constants::CapabilityFlags;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tracing::debug;
 
 use super::session::Session;
-use super::Context;
+use super::{Context, Peer};
 use crate::backend::{unsupported_capabilities, Backend, LoginReply};
 use crate::config::Secret;
 use crate::protocol::auth::{self, Plugin};
@@ -25,9 +23,11 @@ use crate::protocol::wire::ErrorPacket;
 pub const VERSION_SUFFIX: &[u8] = b"-msgproxy";
 
 /// Serves one client connection from accept to close.
-pub async fn serve(ctx: Arc<Context>, tcp: TcpStream, peer: SocketAddr) {
-    let _ = tcp.set_nodelay(true);
-    let mut client = PacketReader::new(tcp);
+pub async fn serve<S>(ctx: Arc<Context>, stream: S, peer: Peer)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut client = PacketReader::new(stream);
     // The backend connection comes first so the client's connection id can be the backend's
     // thread id: CONNECTION_ID(), the process list and KILL then agree without translation.
     let backend = match Backend::connect(&ctx.config.backend, ctx.config.backend_connect_timeout)
@@ -63,12 +63,12 @@ pub async fn serve(ctx: Arc<Context>, tcp: TcpStream, peer: SocketAddr) {
 }
 
 /// A session ready to run, whatever stream the client ended up on.
-pub enum ReadySession {
-    Plain(Box<Session<TcpStream>>),
-    Tls(Box<Session<tokio_rustls::server::TlsStream<super::tls::Rewound<TcpStream>>>>),
+pub enum ReadySession<S> {
+    Plain(Box<Session<S>>),
+    Tls(Box<Session<tokio_rustls::server::TlsStream<super::tls::Rewound<S>>>>),
 }
 
-impl ReadySession {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> ReadySession<S> {
     async fn run_boxed(self) {
         match self {
             ReadySession::Plain(s) => s.run().await,
@@ -88,12 +88,12 @@ fn offered_capabilities(ctx: &Context, backend: &Backend) -> CapabilityFlags {
     caps
 }
 
-async fn connection_phase(
+async fn connection_phase<S: AsyncRead + AsyncWrite + Unpin>(
     ctx: Arc<Context>,
-    mut client: PacketReader<TcpStream>,
+    mut client: PacketReader<S>,
     backend: Backend,
-    peer: SocketAddr,
-) -> std::io::Result<Option<ReadySession>> {
+    peer: Peer,
+) -> std::io::Result<Option<ReadySession<S>>> {
     let nonce = auth::new_nonce();
     let offered = offered_capabilities(&ctx, &backend);
     let mut version = backend.greeting.server_version.clone();
@@ -126,9 +126,9 @@ async fn connection_phase(
             .await?;
             return Ok(None);
         };
-        let (tcp, read_past_request) = client.into_parts();
+        let (stream, read_past_request) = client.into_parts();
         let tls = acceptor
-            .accept(super::tls::Rewound::new(read_past_request, tcp))
+            .accept(super::tls::Rewound::new(read_past_request, stream))
             .await?;
         let mut client = PacketReader::new(tls);
         let response = client.next_logical_packet(1 << 20).await?;
@@ -148,7 +148,7 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     mut backend: Backend,
     nonce: [u8; 20],
     offered: CapabilityFlags,
-    peer: SocketAddr,
+    peer: Peer,
     secure: bool,
 ) -> std::io::Result<Option<Session<S>>> {
     let mut seq = response_packet.seq.wrapping_add(1);
@@ -320,13 +320,13 @@ pub fn auth_switch_request(nonce: &[u8; 20]) -> BytesMut {
     out
 }
 
-pub fn access_denied(user: &str, peer: SocketAddr, using_password: bool) -> ErrorPacket {
+pub fn access_denied(user: &str, peer: Peer, using_password: bool) -> ErrorPacket {
     ErrorPacket::new(
         ER_ACCESS_DENIED_ERROR,
         "28000",
         format!(
             "Access denied for user '{user}'@'{}' (using password: {})",
-            peer.ip(),
+            peer.host(),
             if using_password { "YES" } else { "NO" }
         ),
     )

@@ -8,12 +8,14 @@ mod messages;
 mod ops;
 mod session;
 pub mod tls;
+mod unix_socket;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -38,6 +40,8 @@ pub struct Context {
     pub metrics: Arc<crate::metrics::ProxyMetrics>,
     /// The streams running through this proxy, for `KILL QUERY`.
     pub streams: Arc<interrupts::RunningStreams>,
+    /// What `@@socket` reads as through the proxy (`sql::socket_literal`).
+    pub socket_literal: Vec<u8>,
     implicit_root: User,
 }
 
@@ -48,7 +52,9 @@ impl Context {
         engine: Option<Arc<crate::messaging::engine::Engine>>,
     ) -> Result<Context, tls::TlsSetupError> {
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
+        let socket_literal = crate::sql::socket_literal(config.listen_socket.as_deref());
         Ok(Context {
+            socket_literal,
             config,
             tls,
             shutdown,
@@ -72,9 +78,45 @@ impl Context {
     }
 }
 
-/// A bound listener, ready to serve.
+/// Who is at the other end of a client connection: for the logs, and for the `'user'@'host'`
+/// of access-denied errors.
+#[derive(Debug, Clone, Copy)]
+pub enum Peer {
+    Tcp(SocketAddr),
+    /// A client on the proxy's Unix socket.
+    Socket,
+}
+
+impl Peer {
+    /// The host part of `'user'@'host'`, as the server names it: the address, or `localhost`
+    /// for a socket client.
+    pub fn host(&self) -> String {
+        match self {
+            Peer::Tcp(addr) => addr.ip().to_string(),
+            Peer::Socket => "localhost".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Tcp(addr) => write!(f, "{addr}"),
+            Peer::Socket => f.write_str("unix socket"),
+        }
+    }
+}
+
+/// A client connection just accepted, on either listener.
+enum Accepted {
+    Tcp(TcpStream),
+    Socket(UnixStream),
+}
+
+/// The bound listeners, ready to serve.
 pub struct Server {
     listener: TcpListener,
+    socket: Option<unix_socket::SocketListener>,
     ctx: Arc<Context>,
 }
 
@@ -84,14 +126,37 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 impl Server {
     pub async fn bind(ctx: Context) -> std::io::Result<Server> {
         let listener = TcpListener::bind(ctx.config.listen).await?;
+        let socket = match &ctx.config.listen_socket {
+            Some(path) => Some(unix_socket::SocketListener::bind(path)?),
+            None => None,
+        };
         Ok(Server {
             listener,
+            socket,
             ctx: Arc::new(ctx),
         })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// The Unix socket clients may also connect to (`--listen-socket`).
+    pub fn socket_path(&self) -> Option<&std::path::Path> {
+        self.socket.as_ref().map(|s| s.path())
+    }
+
+    async fn accept(&self) -> std::io::Result<(Accepted, Peer)> {
+        let socket = async {
+            match &self.socket {
+                Some(s) => s.accept().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = self.listener.accept() => r.map(|(tcp, addr)| (Accepted::Tcp(tcp), Peer::Tcp(addr))),
+            r = socket => r.map(|unix| (Accepted::Socket(unix), Peer::Socket)),
+        }
     }
 
     /// Accepts clients until shutdown, then waits (bounded) for sessions to finish.
@@ -101,10 +166,10 @@ impl Server {
         let mut backoff = Duration::from_millis(10);
         loop {
             let accepted = tokio::select! {
-                r = self.listener.accept() => r,
+                r = self.accept() => r,
                 _ = self.ctx.shutdown.cancelled() => break,
             };
-            let (tcp, peer) = match accepted {
+            let (client, peer) = match accepted {
                 Ok(a) => {
                     backoff = Duration::from_millis(10);
                     a
@@ -122,14 +187,24 @@ impl Server {
                     let ctx = self.ctx.clone();
                     let open = ctx.metrics.connection_opened();
                     tracker.spawn(async move {
-                        login::serve(ctx, tcp, peer).await;
+                        match client {
+                            Accepted::Tcp(tcp) => {
+                                let _ = tcp.set_nodelay(true);
+                                login::serve(ctx, tcp, peer).await
+                            }
+                            Accepted::Socket(unix) => login::serve(ctx, unix, peer).await,
+                        }
                         drop(open);
                         drop(permit);
                     });
                 }
                 Err(_) => {
                     self.ctx.metrics.connection_refused();
-                    tracker.spawn(refuse_too_many(tcp, self.ctx.config.max_connections));
+                    let max = self.ctx.config.max_connections;
+                    match client {
+                        Accepted::Tcp(tcp) => tracker.spawn(refuse_too_many(tcp, max)),
+                        Accepted::Socket(unix) => tracker.spawn(refuse_too_many(unix, max)),
+                    };
                 }
             }
         }
@@ -147,11 +222,11 @@ impl Server {
     }
 }
 
-async fn refuse_too_many(mut tcp: TcpStream, max: usize) {
+async fn refuse_too_many<S: AsyncRead + AsyncWrite + Unpin>(mut client: S, max: usize) {
     let err = ErrorPacket::new(
         ER_CON_COUNT_ERROR,
         "08004",
         format!("Too many connections: msgproxy serves at most {max} clients (--max-connections)"),
     );
-    let _ = write_packet(&mut tcp, 0, &err.encode(false)).await;
+    let _ = write_packet(&mut client, 0, &err.encode(false)).await;
 }

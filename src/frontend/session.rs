@@ -1,7 +1,6 @@
 //! One client session after login: read a command, classify it, relay it to the session's own
 //! backend connection (or, later, hand it to the message engine), and relay the answer back.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use mysql_common::constants::CapabilityFlags;
@@ -82,7 +81,7 @@ pub struct Session<S> {
     /// The challenge of the initial handshake; clients answer COM_CHANGE_USER with it.
     pub(super) nonce: [u8; 20],
     pub(super) user: String,
-    pub(super) peer: SocketAddr,
+    pub(super) peer: super::Peer,
 }
 
 /// What the proxy knows of the session's current database.
@@ -152,7 +151,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         status: u16,
         nonce: [u8; 20],
         user: String,
-        peer: SocketAddr,
+        peer: super::Peer,
         database: Option<&[u8]>,
     ) -> Self {
         Session {
@@ -312,7 +311,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 // The `@@socket` rewrite reads a plain SELECT only (not one in SET STATEMENT).
                 let wrapped = statement.len() != whole.len();
                 let rewritten = match classification.keyword {
-                    sql::Keyword::Select if !wrapped => sql::rewrite(whole, self.quoting()),
+                    sql::Keyword::Select if !wrapped => {
+                        sql::rewrite(whole, self.quoting(), &self.ctx.socket_literal)
+                    }
                     _ => None,
                 };
                 match rewritten {
@@ -427,7 +428,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 // 16 MiB or more is streamed on, never held.)
                 let rewritten = match classification.keyword {
                     sql::Keyword::Select if !is_continued(&raw) => {
-                        rewritten_prepare(&raw, self.quoting())
+                        rewritten_prepare(&raw, self.quoting(), &self.ctx.socket_literal)
                     }
                     _ => None,
                 };
@@ -781,8 +782,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
 /// A one-packet `COM_STMT_PREPARE` (`raw`, header included) with the `@@socket` rewrite applied
 /// to its statement, framed with the client's sequence id; `None` when nothing changes.
-fn rewritten_prepare(raw: &[u8], quoting: sql::Quoting) -> Option<bytes::BytesMut> {
-    let statement = sql::rewrite(raw.get(5..)?, quoting)?;
+fn rewritten_prepare(raw: &[u8], quoting: sql::Quoting, socket: &[u8]) -> Option<bytes::BytesMut> {
+    let statement = sql::rewrite(raw.get(5..)?, quoting, socket)?;
     let mut command = Vec::with_capacity(statement.len() + 1);
     command.push(COM_STMT_PREPARE);
     command.extend_from_slice(&statement);

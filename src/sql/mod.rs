@@ -41,7 +41,7 @@ pub use classify::{classify, version_gate};
 pub use kill::{executed_kill_target, kill_query, kill_query_target, KillQueryTarget};
 pub use lexer::Quoting;
 pub use prepare::prepared_text;
-pub use rewrite::rewrite;
+pub use rewrite::{rewrite, socket_literal};
 pub use set_statement::set_statement_body;
 pub use statements::{
     parse_virtual, parse_virtual_in, AckId, SyntaxError, TableName, VirtualStatement,

@@ -116,7 +116,7 @@ fn everything_but_stream_ack_and_set_workload_is_relayed_untouched() {
         let c = classify(sql.as_bytes());
         assert_eq!(c.action, Action::Relay, "{sql:?} ({:?})", c.keyword);
         assert_eq!(
-            rewrite(sql.as_bytes(), Quoting::DEFAULT),
+            rewrite(sql.as_bytes(), Quoting::DEFAULT, b"''"),
             None,
             "{sql:?} must be relayed untouched"
         );

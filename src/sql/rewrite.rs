@@ -2,21 +2,24 @@
 //!
 //! `@@socket` is the only one today. mysql_async (and the Rust `mysql` crate) ask for it right
 //! after connecting to a loopback address and, by default, reconnect over that Unix socket —
-//! straight to the server, silently bypassing the proxy and its message statements. Through the
-//! proxy there is no socket to offer, so `@@socket` reads as an empty string: mysql_async then
-//! fails to open "" and stays on the proxy, and clients that read it as a string (the Go
-//! driver's own tests do) still get a string.
+//! straight to the server, silently bypassing the proxy and its message statements. So
+//! `@@socket` reads as the proxy's own socket when it has one (`--listen-socket`: mysql_async
+//! then moves to it and stays on the proxy), and otherwise as an empty string: mysql_async then
+//! fails to open "" and stays on TCP to the proxy. Clients that read it as a string (the Go
+//! driver's own tests do) get a string either way.
+
+use std::path::Path;
 
 use super::lexer::{Lexer, Quoting, Token, TokenKind};
 
 /// The statement to send instead of `sql`, if it must change: each reference to the system
 /// variable, `@@socket` or `@@global.socket` (any case, the name bare or in backticks), becomes
-/// `''`. Only code is read, by the session's lexer ([`Quoting`] says where its strings end):
-/// string literals, quoted identifiers and comments are left as written (`SELECT '@@socket'`
-/// is that string), while an executable comment (`/*! ... */`) is code. `@@session.socket` and
+/// `socket`, a string literal from [`socket_literal`]. Only code is read, by the session's
+/// lexer ([`Quoting`] says where its strings end): string literals, quoted identifiers and
+/// comments are left as written (`SELECT '@@socket'` is that string), while an executable comment (`/*! ... */`) is code. `@@session.socket` and
 /// `@@local.socket` are left to the server, whose answer is an error (the variable is global
 /// only) that names no socket.
-pub fn rewrite(sql: &[u8], quoting: Quoting) -> Option<Vec<u8>> {
+pub fn rewrite(sql: &[u8], quoting: Quoting, socket: &[u8]) -> Option<Vec<u8>> {
     // Fast path: almost no statement mentions a system variable at all.
     if !sql.windows(2).any(|w| w == b"@@") {
         return None;
@@ -32,7 +35,7 @@ pub fn rewrite(sql: &[u8], quoting: Quoting) -> Option<Vec<u8>> {
                 if let Some(end) = socket_variable(&mut ahead, sql) {
                     let buf = out.get_or_insert_with(|| Vec::with_capacity(sql.len()));
                     buf.extend_from_slice(sql.get(copied..token.start).unwrap_or_default());
-                    buf.extend_from_slice(b"''");
+                    buf.extend_from_slice(socket);
                     copied = end;
                     lexer = ahead;
                 }
@@ -45,6 +48,20 @@ pub fn rewrite(sql: &[u8], quoting: Quoting) -> Option<Vec<u8>> {
     let mut buf = out?;
     buf.extend_from_slice(sql.get(copied..).unwrap_or_default());
     Some(buf)
+}
+
+/// What `@@socket` reads as through the proxy: its own socket's path as a string literal, or
+/// `''` without one. A path that a literal could not carry the same under every `sql_mode` (a
+/// quote or a backslash in it, or bytes that are not printable UTF-8) reads as `''` too.
+pub fn socket_literal(path: Option<&Path>) -> Vec<u8> {
+    let text = path.and_then(|p| p.to_str()).unwrap_or_default();
+    if text
+        .chars()
+        .any(|c| c == '\'' || c == '\\' || c.is_control())
+    {
+        return b"''".to_vec();
+    }
+    format!("'{text}'").into_bytes()
 }
 
 /// After `@@`: the end of `socket` or `global.socket`, if that is what follows.
@@ -70,10 +87,30 @@ fn socket_variable(lexer: &mut Lexer<'_>, sql: &[u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{rewrite as rewrite_in, Quoting};
+    use std::path::Path;
+
+    use super::{rewrite as rewrite_in, socket_literal, Quoting};
 
     fn rewrite(sql: &[u8]) -> Option<Vec<u8>> {
-        rewrite_in(sql, Quoting::DEFAULT)
+        rewrite_in(sql, Quoting::DEFAULT, b"''")
+    }
+
+    #[test]
+    fn socket_reads_as_the_proxys_own_socket_when_it_has_one() {
+        let literal = socket_literal(Some(Path::new("/run/msgproxy/msgproxy.sock")));
+        assert_eq!(literal, b"'/run/msgproxy/msgproxy.sock'");
+        assert_eq!(
+            rewrite_in(b"SELECT @@socket", Quoting::DEFAULT, &literal).as_deref(),
+            Some(&b"SELECT '/run/msgproxy/msgproxy.sock'"[..])
+        );
+        assert_eq!(socket_literal(None), b"''");
+        for unsafe_path in ["/tmp/it's.sock", "/tmp/a\\b.sock", "/tmp/new\nline"] {
+            assert_eq!(
+                socket_literal(Some(Path::new(unsafe_path))),
+                b"''",
+                "{unsafe_path}"
+            );
+        }
     }
 
     #[test]
@@ -136,9 +173,9 @@ mod tests {
     fn the_sessions_quoting_decides_where_a_string_ends() {
         // With backslash escapes the string runs to the last quote; without, `@@socket` is code.
         let sql = b"SELECT 'a\\', @@socket, 'b'";
-        assert_eq!(rewrite_in(sql, Quoting::DEFAULT), None);
+        assert_eq!(rewrite_in(sql, Quoting::DEFAULT, b"''"), None);
         assert_eq!(
-            rewrite_in(sql, Quoting::NO_BACKSLASH_ESCAPES).as_deref(),
+            rewrite_in(sql, Quoting::NO_BACKSLASH_ESCAPES, b"''").as_deref(),
             Some(&b"SELECT 'a\\', '', 'b'"[..])
         );
     }

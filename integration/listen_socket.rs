@@ -1,0 +1,161 @@
+//! `--listen-socket PATH`: clients on the proxy's host reach it over a Unix socket, as they reach
+//! mysqld over its own — the whole proxy (messaging included), `@@socket` naming the proxy's
+//! socket so that mysql_async moves onto it rather than around the proxy, `'user'@'localhost'`
+//! in access-denied errors, a stale socket file replaced after a crash and the file removed at
+//! shutdown.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::*;
+use mysql_async::{Conn, OptsBuilder};
+
+use crate::messaging::harness::{ack, comment, secs, Env, Stream};
+use crate::support::{opts, Cli, MariaDb, Proxy};
+
+/// A directory for the socket, short enough for a socket path (108 bytes on Linux).
+fn socket_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("sock-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("create a socket dir")
+}
+
+fn over_socket(path: &Path, user: &str, pass: Option<&str>, db: &str) -> OptsBuilder {
+    OptsBuilder::default()
+        .socket(Some(path.display().to_string()))
+        .user(Some(user))
+        .pass(pass)
+        .db_name(Some(db))
+        .stmt_cache_size(0)
+}
+
+fn arg(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[tokio::test]
+async fn a_client_on_the_socket_gets_queries_streams_and_acks() {
+    let dir = socket_dir();
+    let path: PathBuf = dir.path().join("msgproxy.sock");
+    let server = MariaDb::shared();
+    let db = "listen_socket";
+    let env = Env::on_url(
+        server,
+        db,
+        &server.url(db),
+        &["--listen-socket", &arg(&path)],
+    )
+    .await;
+
+    let mut c = Conn::new(over_socket(&path, "root", None, db))
+        .await
+        .unwrap_or_else(|e| panic!("connect over {}: {e}\n{}", path.display(), env.log()));
+    let answer: Option<(String, String)> = c
+        .query_first("SELECT @@socket, DATABASE()")
+        .await
+        .expect("a query over the socket");
+    assert_eq!(
+        answer,
+        Some((arg(&path), db.to_string())),
+        "@@socket names the proxy's own socket"
+    );
+    let mut tcp = env.proxy_conn().await;
+    let on_tcp: Option<String> = tcp.query_first("SELECT @@socket").await.expect("@@socket");
+    assert_eq!(on_tcp, Some(arg(&path)), "the same answer over TCP");
+    let _ = tcp.disconnect().await;
+
+    env.ddl(&format!(
+        "create table q(id bigint primary key, time_next bigint, epoch bigint, \
+         time_acked bigint, message varchar(100)) comment '{}'",
+        comment("30", 10, "30", "")
+    ))
+    .await;
+    let mut stream =
+        Stream::open_opts(over_socket(&path, "root", None, db), &[], "stream * from q")
+            .await
+            .unwrap_or_else(|e| panic!("STREAM over the socket: {e:?}\n{}", env.log()));
+    c.query_drop("insert into q(id, message) values (1, 'over the socket')")
+        .await
+        .expect("insert over the socket");
+    let m = stream
+        .recv(secs(3.0))
+        .await
+        .unwrap_or_else(|| panic!("the message never reached the stream\n{}", env.log()));
+    assert_eq!(m.id, 1);
+    assert_eq!(ack(&mut c, "q", &[1]).await, 1);
+    assert_eq!(ack(&mut c, "q", &[1]).await, 0, "acked once");
+    drop(stream);
+    let _ = c.disconnect().await;
+}
+
+#[tokio::test]
+async fn mysql_async_moves_onto_the_proxys_socket_and_users_are_at_localhost() {
+    let dir = socket_dir();
+    let path = dir.path().join("msgproxy.sock");
+    let server = MariaDb::shared();
+    let users = "[[users]]\nname = \"app\"\npassword = \"app-secret\"\n";
+    let proxy = Proxy::start_with_env(
+        &server.url("test"),
+        &["--listen-socket", &arg(&path)],
+        Some(users),
+        &[("MSGPROXY_LOG", "msgproxy=debug")],
+    );
+    let socket_logins = |proxy: &Proxy| {
+        proxy
+            .log()
+            .lines()
+            .filter(|l| l.contains("client logged in") && l.contains("peer=unix socket"))
+            .count()
+    };
+
+    // mysql_async on a loopback address asks for @@socket and reconnects there: onto the proxy's
+    // socket, not around the proxy.
+    assert_eq!(socket_logins(&proxy), 0);
+    let mut c =
+        Conn::new(opts(proxy.port(), "app", Some("app-secret"), Some("test")).prefer_socket(true))
+            .await
+            .expect("log in over TCP, preferring the socket");
+    let one: Option<i64> = c.query_first("SELECT 1").await.expect("a query");
+    assert_eq!(one, Some(1));
+    assert_eq!(
+        socket_logins(&proxy),
+        1,
+        "mysql_async should have moved onto the socket\n{}",
+        proxy.log()
+    );
+    let _ = c.disconnect().await;
+
+    // The `mariadb` client over the socket, with a right and a wrong password.
+    let cli = Cli::over_socket(&path).user("app", Some("app-secret"));
+    let out = cli.run(&["-N", "-e", "select 40 + 2"]);
+    assert!(out.success(), "{out:?}\n{}", proxy.log());
+    assert_eq!(out.stdout.trim(), "42");
+    let out = Cli::over_socket(&path)
+        .user("app", Some("wrong"))
+        .run(&["-e", "select 1"]);
+    assert!(!out.success());
+    assert!(
+        out.stderr
+            .contains("Access denied for user 'app'@'localhost' (using password: YES)"),
+        "{out:?}"
+    );
+
+    // Killed, the proxy leaves its socket file behind; started again, it replaces it.
+    proxy.kill();
+    assert!(path.exists(), "SIGKILL leaves the socket file");
+    proxy.restart();
+    let out = cli.run(&["-N", "-e", "select 7"]);
+    assert!(out.success(), "{out:?}\n{}", proxy.log());
+
+    // Stopped cleanly, it removes the file.
+    let pid = proxy.pid().expect("a process") as i32;
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while proxy.is_alive() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!proxy.is_alive(), "SIGTERM stops the proxy");
+    assert!(!path.exists(), "a clean stop removes the socket file");
+}
