@@ -148,7 +148,8 @@ pub struct Opts {
     pub quiet_wait: u64,
     /// Also measure the point SELECTs through a second msgproxy that reaches the throwaway
     /// server over its Unix socket (`?socket=` in its --backend URL), as when msgproxy runs on
-    /// the database's own host; clients connect to every proxy over TCP.
+    /// the database's own host, with clients over TCP; and, sockets end to end, clients on that
+    /// proxy's own socket (`--listen-socket`) against clients on the server's socket.
     #[arg(long)]
     pub proxy_socket: bool,
     /// Keep the work dir (server data, logs) after the run.
@@ -187,14 +188,26 @@ impl Opts {
     }
 }
 
+/// With --proxy-socket: a msgproxy that reaches the server over its Unix socket and listens on
+/// one of its own, and how the bench's clients reach it and the server.
+pub struct SocketProxy {
+    pub proxy: Proxy,
+    /// Clients over TCP to this proxy.
+    pub over_tcp: Target,
+    /// Clients on this proxy's own socket.
+    pub over_socket: Target,
+    /// Clients on the server's socket: the baseline for `over_socket`.
+    pub server_socket: Target,
+}
+
 /// What every scenario gets: where the server and the proxy are, and where results go.
 pub struct Ctx {
     pub opts: Opts,
     pub direct: Target,
     pub proxied: Target,
     pub proxy: Proxy,
-    /// With --proxy-socket: the proxy that reaches the server over its socket, and its address.
-    pub socket_proxy: Option<(Proxy, Target)>,
+    /// With --proxy-socket: the proxy that reaches the server over its socket.
+    pub socket_proxy: Option<SocketProxy>,
     pub proxy_bin: PathBuf,
     pub work: PathBuf,
     /// The throwaway server's pid (None for a `--backend` server, whose CPU is not read).
@@ -219,8 +232,8 @@ impl Ctx {
             v.push(("srv", p));
         }
         v.push(("px", self.proxy.process.pid()));
-        if let Some((p, _)) = &self.socket_proxy {
-            v.push(("pxs", p.process.pid()));
+        if let Some(s) = &self.socket_proxy {
+            v.push(("pxs", s.proxy.process.pid()));
         }
         v.push(("cli", std::process::id()));
         v
@@ -326,9 +339,17 @@ async fn run(opts: Opts) -> Result<bool, String> {
             direct.url(),
             work.path.join("mariadbd.sock").display()
         );
-        let p = Proxy::start(&proxy_bin, &url, &work.path, "socket")?;
-        let target = direct.with_port(p.port);
-        Some((p, target))
+        let proxy = Proxy::start_with_socket(&proxy_bin, &url, &work.path, "socket")?;
+        let own_socket = proxy
+            .socket
+            .clone()
+            .ok_or("the socket proxy has no socket")?;
+        Some(SocketProxy {
+            over_tcp: direct.with_port(proxy.port),
+            over_socket: direct.over_socket(own_socket),
+            server_socket: direct.over_socket(work.path.join("mariadbd.sock")),
+            proxy,
+        })
     } else {
         None
     };
@@ -495,7 +516,7 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
         ctx.proxy_bin.display(),
         proxy_settings_from_env(),
         if o.proxy_socket {
-            " (point SELECTs also through a second msgproxy on the server's Unix socket)"
+            " (point SELECTs also through a second msgproxy on the server's Unix socket, clients over TCP and on its own socket)"
         } else {
             ""
         },

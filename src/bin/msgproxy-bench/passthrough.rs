@@ -21,14 +21,33 @@ const CONNECT_WORKERS: usize = 4;
 /// Direct first, then through the proxy, in each repetition.
 pub const VARIANTS: [&str; 2] = ["direct", "proxy"];
 
-/// The proxy over the server's Unix socket (with --proxy-socket), in the point scenario.
+/// With --proxy-socket, in the point scenario: clients over TCP to a proxy on the server's Unix
+/// socket...
 const SOCKET_VARIANT: &str = "proxy-socket";
+/// ...clients on the server's socket...
+const DIRECT_UNIX_VARIANT: &str = "direct-unix";
+/// ...and clients on that proxy's own socket, compared with the clients on the server's.
+const PROXY_UNIX_VARIANT: &str = "proxy-unix";
 
 pub fn target_of<'a>(ctx: &'a Ctx, variant: &str) -> &'a Target {
     match (variant, &ctx.socket_proxy) {
         ("proxy", _) => &ctx.proxied,
-        (SOCKET_VARIANT, Some((_, socket))) => socket,
+        (SOCKET_VARIANT, Some(s)) => &s.over_tcp,
+        (DIRECT_UNIX_VARIANT, Some(s)) => &s.server_socket,
+        (PROXY_UNIX_VARIANT, Some(s)) => &s.over_socket,
         _ => &ctx.direct,
+    }
+}
+
+/// What a variant is measured against, and how its row is named.
+fn baseline_of(variant: &str) -> (&'static str, &'static str) {
+    match variant {
+        SOCKET_VARIANT => ("direct", ", msgproxy on the server's socket"),
+        PROXY_UNIX_VARIANT => (
+            DIRECT_UNIX_VARIANT,
+            ", sockets end to end (client on msgproxy's socket, msgproxy on the server's; vs client on the server's socket)",
+        ),
+        _ => ("direct", ""),
     }
 }
 
@@ -75,11 +94,11 @@ pub async fn point_selects(ctx: &mut Ctx) -> Result<(), String> {
 
     let dur = ctx.opts.duration();
     let many = ctx.opts.connections;
-    // Direct, through the proxy, and (with --proxy-socket) through the proxy on the socket,
-    // interleaved in every repetition.
+    // Direct, through the proxy, and (with --proxy-socket) through the proxy on the socket and
+    // over sockets end to end, interleaved in every repetition.
     let mut variants = VARIANTS.to_vec();
     if ctx.socket_proxy.is_some() {
-        variants.push(SOCKET_VARIANT);
+        variants.extend([SOCKET_VARIANT, DIRECT_UNIX_VARIANT, PROXY_UNIX_VARIANT]);
     }
     for conns in [1, many] {
         for prepared in [false, true] {
@@ -95,29 +114,25 @@ pub async fn point_selects(ctx: &mut Ctx) -> Result<(), String> {
                     samples.add(v, "p99", lat.percentile_us(99.0).unwrap_or(0.0));
                 }
             }
-            for &v in &variants[1..] {
+            for &v in variants[1..].iter().filter(|&&v| v != DIRECT_UNIX_VARIANT) {
+                let (baseline, suffix) = baseline_of(v);
                 let name = format!(
-                    "point SELECT by PK, {}, {conns} conn{}{}",
+                    "point SELECT by PK, {}, {conns} conn{}{suffix}",
                     if prepared { "prepared" } else { "text" },
                     if conns == 1 { "" } else { "s" },
-                    if v == SOCKET_VARIANT {
-                        ", msgproxy on the server's socket"
-                    } else {
-                        ""
-                    }
                 );
                 let cpu_note = cpu_notes.remove(v).unwrap_or_default();
                 ctx.rows.push(ratio_row_of(
                     &name,
                     "queries/s",
                     &samples,
-                    v,
+                    (baseline, v),
                     "qps",
                     Unit::PerSec,
                     (conns > 1).then_some(0.90),
                     &cpu_note,
                 ));
-                if let Some(row) = latency_row(&name, &samples, v, conns == 1) {
+                if let Some(row) = latency_row(&name, &samples, (baseline, v), conns == 1) {
                     ctx.rows.push(row);
                 }
                 eprintln!("   {name}: done");
@@ -127,11 +142,16 @@ pub async fn point_selects(ctx: &mut Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// Latency p50 (p99) of `variant` against the server's, with the added-latency target when
-/// `with_target` (the 1-connection runs).
-fn latency_row(name: &str, samples: &Samples, variant: &str, with_target: bool) -> Option<Row> {
-    let (d, p) = (samples.get("direct", "p50")?, samples.get(variant, "p50")?);
-    let (d99, p99) = (samples.get("direct", "p99")?, samples.get(variant, "p99")?);
+/// Latency p50 (p99) of a variant against its baseline's (`pair`: baseline, variant), with the
+/// added-latency target when `with_target` (the 1-connection runs).
+fn latency_row(
+    name: &str,
+    samples: &Samples,
+    (baseline, variant): (&str, &str),
+    with_target: bool,
+) -> Option<Row> {
+    let (d, p) = (samples.get(baseline, "p50")?, samples.get(variant, "p50")?);
+    let (d99, p99) = (samples.get(baseline, "p99")?, samples.get(variant, "p99")?);
     let mut row = Row::new(name, "latency p50 (p99)");
     row.baseline = format!(
         "server {} ({})",
@@ -166,17 +186,24 @@ pub fn ratio_row(
     note: &str,
 ) -> Row {
     ratio_row_of(
-        scenario, metric, samples, "proxy", key, unit, min_ratio, note,
+        scenario,
+        metric,
+        samples,
+        ("direct", "proxy"),
+        key,
+        unit,
+        min_ratio,
+        note,
     )
 }
 
-/// [`ratio_row`] for the proxy variant named `variant`.
+/// [`ratio_row`] for a variant against a baseline (`pair`: baseline, variant).
 #[allow(clippy::too_many_arguments)]
 fn ratio_row_of(
     scenario: &str,
     metric: &str,
     samples: &Samples,
-    variant: &str,
+    (baseline, variant): (&str, &str),
     key: &str,
     unit: Unit,
     min_ratio: Option<f64>,
@@ -184,7 +211,7 @@ fn ratio_row_of(
 ) -> Row {
     let mut row = Row::new(scenario, metric);
     row.note = note.to_string();
-    let (d, p) = (samples.get("direct", key), samples.get(variant, key));
+    let (d, p) = (samples.get(baseline, key), samples.get(variant, key));
     if let Some(d) = &d {
         row.baseline = format!("server {}", fmt_summary(d, unit));
     }

@@ -241,6 +241,7 @@ impl MariaDb {
                             user: "root".into(),
                             password: String::new(),
                             db: "bench".into(),
+                            socket: None,
                         },
                     });
                 }
@@ -402,6 +403,8 @@ pub fn proxy_binary(given: Option<&Path>) -> Result<PathBuf, String> {
 pub struct Proxy {
     pub process: Owned,
     pub port: u16,
+    /// Its `--listen-socket`, when started with one.
+    pub socket: Option<PathBuf>,
 }
 
 impl Proxy {
@@ -416,6 +419,18 @@ impl Proxy {
         Proxy::start_with_log(binary, backend_url, work, tag, &log)
     }
 
+    /// Like [`Proxy::start`], also listening on a Unix socket in `work` (`--listen-socket`).
+    pub fn start_with_socket(
+        binary: &Path,
+        backend_url: &str,
+        work: &Path,
+        tag: &str,
+    ) -> Result<Proxy, String> {
+        let log = std::env::var("MSGPROXY_LOG").unwrap_or_else(|_| "warn".into());
+        let socket = work.join(format!("msgproxy-{tag}.sock"));
+        Proxy::launch(binary, backend_url, work, tag, &log, Some(socket))
+    }
+
     /// Starts the proxy with `MSGPROXY_LOG=log_filter`.
     pub fn start_with_log(
         binary: &Path,
@@ -423,6 +438,17 @@ impl Proxy {
         work: &Path,
         tag: &str,
         log_filter: &str,
+    ) -> Result<Proxy, String> {
+        Proxy::launch(binary, backend_url, work, tag, log_filter, None)
+    }
+
+    fn launch(
+        binary: &Path,
+        backend_url: &str,
+        work: &Path,
+        tag: &str,
+        log_filter: &str,
+        socket: Option<PathBuf>,
     ) -> Result<Proxy, String> {
         let config = proxy_users_config(backend_url, work, tag)?;
         let mut last_err = String::new();
@@ -438,9 +464,18 @@ impl Proxy {
             if let Some(config) = &config {
                 cmd.arg("--config").arg(config);
             }
+            if let Some(socket) = &socket {
+                cmd.arg("--listen-socket").arg(socket);
+            }
             let mut process = spawn_owned(cmd, work.join(format!("msgproxy-{tag}.log")))?;
             match wait_for_greeting(&mut process, port, "msgproxy", Duration::from_secs(20)) {
-                Ok(()) => return Ok(Proxy { process, port }),
+                Ok(()) => {
+                    return Ok(Proxy {
+                        process,
+                        port,
+                        socket,
+                    })
+                }
                 Err(e) => last_err = e,
             }
         }

@@ -7,11 +7,14 @@
 //! protocol only: no TLS, no compression, no `CLIENT_DEPRECATE_EOF`, `mysql_native_password`.
 
 use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
 
 const CLIENT_LONG_PASSWORD: u32 = 0x1;
 const CLIENT_FOUND_ROWS: u32 = 0x2;
@@ -38,6 +41,8 @@ pub struct Target {
     pub user: String,
     pub password: String,
     pub db: String,
+    /// Connect over this Unix socket instead of TCP to `host:port`.
+    pub socket: Option<PathBuf>,
 }
 
 impl Target {
@@ -62,7 +67,24 @@ impl Target {
             },
             password: url.password().map(decode).unwrap_or_default(),
             db: decode(url.path().trim_start_matches('/')),
+            socket: None,
         })
+    }
+
+    /// The same server and account, over this Unix socket.
+    pub fn over_socket(&self, path: PathBuf) -> Target {
+        Target {
+            socket: Some(path),
+            ..self.clone()
+        }
+    }
+
+    /// Where it connects, for messages.
+    pub fn address(&self) -> String {
+        match &self.socket {
+            Some(path) => path.display().to_string(),
+            None => format!("{}:{}", self.host, self.port),
+        }
     }
 
     /// The same server, another port (the proxy in front of it).
@@ -132,9 +154,55 @@ pub struct Statement {
     params: u16,
 }
 
+/// A connection's transport.
+enum Transport {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl AsyncRead for Transport {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Transport::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Transport {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Transport::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Transport::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Transport::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Transport::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Transport::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
 /// One connection.
 pub struct Conn {
-    stream: TcpStream,
+    stream: Transport,
     inbuf: BytesMut,
     out: Vec<u8>,
     /// The server's thread id (the proxy hands out its backend's).
@@ -148,17 +216,20 @@ impl Conn {
             Ok(r) => r,
             Err(_) => Err(Error::Io(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!(
-                    "logging in to {}:{} took more than 10 s",
-                    target.host, target.port
-                ),
+                format!("logging in to {} took more than 10 s", target.address()),
             ))),
         }
     }
 
     async fn connect_inner(target: &Target) -> Result<Conn> {
-        let stream = TcpStream::connect((target.host.as_str(), target.port)).await?;
-        stream.set_nodelay(true)?;
+        let stream = match &target.socket {
+            Some(path) => Transport::Unix(UnixStream::connect(path).await?),
+            None => {
+                let tcp = TcpStream::connect((target.host.as_str(), target.port)).await?;
+                tcp.set_nodelay(true)?;
+                Transport::Tcp(tcp)
+            }
+        };
         let mut conn = Conn {
             stream,
             inbuf: BytesMut::with_capacity(64 * 1024),

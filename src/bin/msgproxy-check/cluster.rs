@@ -77,6 +77,7 @@ impl Cluster {
                     user: "root".into(),
                     password: String::new(),
                     db: db.to_string(),
+                    socket: None,
                 };
                 let server = Server {
                     process: Some(process),
