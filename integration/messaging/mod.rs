@@ -26,6 +26,7 @@
 //! - `stream_sessions` — what a stream does to its own session: transactions, locks, read-only
 //!   sessions, columns altered under it.
 //! - `current_db` — unqualified `ACK`/`STREAM` tables follow the session's real database.
+//! - `max_unacked` — `vt_max_unacked`: what one stream may hold unacked.
 //! - `ack_literals` — quoted `ACK` ids under every `sql_mode` (`NO_BACKSLASH_ESCAPES`,
 //!   `ANSI_QUOTES`) and character set.
 
@@ -37,5 +38,6 @@ mod current_db;
 mod errors;
 pub(crate) mod harness;
 mod hostile_names;
+mod max_unacked;
 mod stream_sessions;
 mod streams;

@@ -103,6 +103,7 @@ mod tests {
             min_backoff: secs(min),
             max_backoff: max.map(secs),
             message_cols: None,
+            max_unacked: None,
         }
     }
 

@@ -51,7 +51,7 @@ pub struct Engine {
     /// Whether the binlog watcher is following the backend's binlog right now. While it is,
     /// every committed row change reaches the managers from the binlog, so a write relayed
     /// through the proxy needs no poll of its own.
-    binlog_following: AtomicBool,
+    binlog_following: Arc<AtomicBool>,
     /// A run of failed reloads (the backend away), logged once a minute, not every
     /// [`RELOAD_INTERVAL`].
     reload_failures: RepeatedFailure,
@@ -76,7 +76,7 @@ impl Engine {
             tables: RwLock::new(HashMap::new()),
             shutdown,
             reload_lock: tokio::sync::Mutex::new(()),
-            binlog_following: AtomicBool::new(false),
+            binlog_following: Arc::new(AtomicBool::new(false)),
             reload_failures: RepeatedFailure::default(),
         });
         if let Err(e) = engine.reload().await {
@@ -215,6 +215,7 @@ impl Engine {
                         def,
                         self.pool.clone(),
                         self.shutdown.child_token(),
+                        self.binlog_following.clone(),
                     ))
                 }
                 (Err(why), old) => {

@@ -54,6 +54,9 @@ pub struct TableManager {
     pool: Pool,
     stop: CancellationToken,
     next_subscriber_id: AtomicU64,
+    /// The engine's: whether the binlog watcher follows the binlog, so that every ack reaches
+    /// the manager (`vt_max_unacked` holds only then).
+    binlog_following: Arc<AtomicBool>,
     /// Polls so far, to make every `poll::THOROUGH_EVERY`th one thorough.
     polls: AtomicU64,
     /// What the table has done (sent, acked, ...), for metrics and `SHOW MESSAGE TABLES`.
@@ -98,7 +101,7 @@ impl Drop for Subscription {
 impl Subscription {
     /// Reports that the last batch is finished (sent or not); the subscriber may get another.
     pub fn batch_done(&self, batch: &[Entry], sent: Vec<Entry>) {
-        self.manager.batch_claimed(batch, sent, &[]);
+        self.manager.batch_claimed(self.id, batch, sent, &[]);
         self.manager.subscriber_ready(self.id);
     }
 
@@ -108,7 +111,7 @@ impl Subscription {
     /// (gets no other batch) until [`Subscription::ready`]. `left_out`: rows the claim left out
     /// for its byte budget, still due (not passed over for a lock).
     pub fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>, left_out: &[Box<[u8]>]) {
-        self.manager.batch_claimed(batch, sent, left_out);
+        self.manager.batch_claimed(self.id, batch, sent, left_out);
     }
 
     /// The last batch is written to the client: the subscriber may get another.
@@ -126,6 +129,7 @@ impl TableManager {
         definition: MessageTable,
         pool: Pool,
         stop: CancellationToken,
+        binlog_following: Arc<AtomicBool>,
     ) -> Arc<TableManager> {
         let capacity = definition.options.cache_size;
         let manager = Arc::new(TableManager {
@@ -139,6 +143,7 @@ impl TableManager {
             pool,
             stop,
             next_subscriber_id: AtomicU64::new(1),
+            binlog_following,
             polls: AtomicU64::new(0),
             stats: super::stats::TableStats::default(),
             poll_failures: RepeatedFailure::default(),
@@ -252,6 +257,7 @@ impl TableManager {
         let mut st = self.lock();
         st.note_change(state::now_ns(), LateChange::Deleted(key.into()));
         st.skipped.remove(key);
+        st.unacked.release(key);
         if st.in_flight.contains(key) {
             st.changed_in_flight.insert(key.into(), None);
         }
@@ -279,6 +285,7 @@ impl TableManager {
     fn unsubscribe(&self, id: u64, stranded: Vec<Entry>) {
         let mut state = self.lock();
         state.subscribers.retain(|s| s.id != id);
+        state.unacked.forget(id);
         if stranded.is_empty() {
             return;
         }
@@ -299,14 +306,28 @@ impl TableManager {
     }
 
     /// The batch's rows leave `in_flight`: sent ones wait in the schedule for their new
-    /// `time_next`, the others are offered again: at once those `left_out` for the claim's byte
+    /// `time_next` (and, with `vt_max_unacked`, count as held by `subscriber` until then or
+    /// their ack), the others are offered again: at once those `left_out` for the claim's byte
     /// budget, after a delay the others (see `State::skipped`).
-    fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>, left_out: &[Box<[u8]>]) {
+    fn batch_claimed(
+        &self,
+        subscriber: u64,
+        batch: &[Entry],
+        sent: Vec<Entry>,
+        left_out: &[Box<[u8]>],
+    ) {
         let left_out: HashSet<&[u8]> = left_out.iter().map(|k| &k[..]).collect();
         let (now, horizon) = self.now_and_horizon();
+        let limited = self.definition().options.max_unacked.is_some();
         let mut state = self.lock();
         for e in batch {
             state.in_flight.remove(&e.key);
+        }
+        if limited {
+            // Before the changes seen in flight are applied below: an ack among them releases.
+            for e in &sent {
+                state.unacked.record(subscriber, e.key.clone(), e.time_next);
+            }
         }
         let mut sent: HashMap<Box<[u8]>, Entry> =
             sent.into_iter().map(|e| (e.key.clone(), e)).collect();
@@ -387,10 +408,14 @@ impl TableManager {
         let mut next_tick = Instant::now();
         loop {
             let interval = self.definition().options.poller_interval;
-            let wake = [self.next_scheduled(), self.pending_repoll()]
-                .into_iter()
-                .flatten()
-                .fold(next_tick, Instant::min);
+            let wake = [
+                self.next_scheduled(),
+                self.pending_repoll(),
+                self.next_release(),
+            ]
+            .into_iter()
+            .flatten()
+            .fold(next_tick, Instant::min);
             tokio::select! {
                 _ = tokio::time::sleep_until(wake), if wake < next_tick => {}
                 _ = tokio::time::sleep_until(next_tick) => {
@@ -467,6 +492,22 @@ impl TableManager {
         Some(Instant::now() + std::time::Duration::from_nanos(wait_ns))
     }
 
+    /// When the first message a stream holds stops counting against `vt_max_unacked` (its ack
+    /// wait passes), as an `Instant`: a stream at its limit may then get more.
+    fn next_release(&self) -> Option<Instant> {
+        let at = self.lock().unacked.next_deadline()?;
+        let wait_ns = at.saturating_sub(state::now_ns()).max(0) as u64;
+        Some(Instant::now() + std::time::Duration::from_nanos(wait_ns))
+    }
+
+    /// `vt_max_unacked`, while it can hold: only while the binlog is followed are the acks seen
+    /// (whoever makes them); in poll mode a stream would wait out the ack wait of messages it has
+    /// long acked, so there is no limit then.
+    fn unacked_limit(&self) -> Option<usize> {
+        let max = self.definition().options.max_unacked?;
+        self.binlog_following.load(Ordering::Acquire).then_some(max)
+    }
+
     fn has_subscribers(&self) -> bool {
         !self.lock().subscribers.is_empty()
     }
@@ -476,13 +517,22 @@ impl TableManager {
     /// polls again at once — early enough that the poll finishes before the cache runs dry.
     fn distribute(&self) -> bool {
         let batch_size = self.definition().options.batch_size;
+        let limit = self.unacked_limit();
         let mut guard = self.lock();
         let state = &mut *guard;
-        for e in state.schedule.take_due(state::now_ns()) {
+        let now = state::now_ns();
+        for e in state.schedule.take_due(now) {
             if !state.in_flight.contains(&e.key) {
                 state.cache.insert(e);
             }
         }
+        state.unacked.expire(now);
+        let unacked = &state.unacked;
+        // How many more messages a stream may be sent now.
+        let room = |id: u64| match limit {
+            Some(max) => max.saturating_sub(unacked.held_by(id)),
+            None => usize::MAX,
+        };
         let n = state.subscribers.len();
         let mut idle_seen = false;
         for _ in 0..n {
@@ -492,11 +542,12 @@ impl TableManager {
             let i = state.next % n;
             state.next = (state.next + 1) % n;
             let sub = &mut state.subscribers[i];
-            if sub.busy {
+            let room = room(sub.id);
+            if sub.busy || room == 0 {
                 continue;
             }
             idle_seen = true;
-            let batch = state.cache.pop_batch(batch_size);
+            let batch = state.cache.pop_batch(batch_size.min(room));
             let keys: Vec<Box<[u8]>> = batch.iter().map(|e| e.key.clone()).collect();
             match sub.tx.try_send(batch) {
                 Ok(()) => {
@@ -515,7 +566,7 @@ impl TableManager {
                 }
             }
         }
-        let any_idle = idle_seen || state.subscribers.iter().any(|s| !s.busy);
+        let any_idle = idle_seen || state.subscribers.iter().any(|s| !s.busy && room(s.id) > 0);
         let running_low = state.cache.len() <= state.cache.capacity() / 2;
         running_low && state.backlog && any_idle
     }

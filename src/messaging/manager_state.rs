@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 use super::super::cache::{DueCache, Entry};
 use super::super::schedule::Schedule;
 use super::super::state;
+use super::super::unacked::Unacked;
 use super::{value_bytes, Batch, ChangedRow};
 
 /// Behind the manager's one mutex: every change to it is short and never awaits.
@@ -46,6 +47,9 @@ pub(super) struct State {
     /// binlog before the engine commit), and the claim's `SKIP LOCKED` then passes it over; it
     /// is offered again after [`SKIPPED_RETRY`] delays, then left to the poller.
     pub(super) skipped: HashMap<Box<[u8]>, usize>,
+    /// The messages each stream holds, sent and not yet acked, when the table has
+    /// `vt_max_unacked` (otherwise nothing is recorded).
+    pub(super) unacked: Unacked,
 }
 
 /// When a row a batch did not send is offered again (see `State::skipped`).
@@ -91,6 +95,7 @@ impl State {
             replay: Vec::new(),
             changed_in_flight: HashMap::new(),
             skipped: HashMap::new(),
+            unacked: Unacked::default(),
         }
     }
 
@@ -203,6 +208,7 @@ impl State {
             return;
         }
         if state::is_acked(row.time_acked) {
+            self.unacked.release(&row.key);
             self.cache.remove(&row.key);
             self.schedule.remove(&row.key);
             return;

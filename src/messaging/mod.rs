@@ -13,3 +13,4 @@ pub mod state;
 pub mod stats;
 pub mod stream;
 pub mod table;
+mod unacked;

@@ -37,6 +37,9 @@ pub struct MessageOptions {
     /// The columns to stream, exactly (`vt_message_cols`); `None` = `id` and every user column. When set the
     /// first name is `id` (in any letter case) and no name repeats.
     pub message_cols: Option<Vec<String>>,
+    /// Most messages one stream may hold sent and not yet acked (`vt_max_unacked`, msgproxy's
+    /// own, >= 1); `None` = no limit, as in Vitess.
+    pub max_unacked: Option<usize>,
 }
 
 /// Why a `vitess_message` comment was rejected. Every message names the option it is about.
@@ -86,7 +89,7 @@ pub enum OptionsError {
 }
 
 /// The options this proxy understands, in the order the summary prints them.
-const KNOWN: [&str; 8] = [
+const KNOWN: [&str; 9] = [
     "vt_ack_wait",
     "vt_purge_after",
     "vt_batch_size",
@@ -95,6 +98,7 @@ const KNOWN: [&str; 8] = [
     "vt_min_backoff",
     "vt_max_backoff",
     "vt_message_cols",
+    "vt_max_unacked",
 ];
 
 /// Parses a table comment. `Ok(None)` means the table is not a message table (the comment does not start with
@@ -168,6 +172,9 @@ pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsErr
         }
     }
     let message_cols = get("vt_message_cols").map(parse_message_cols).transpose()?;
+    let max_unacked = get("vt_max_unacked")
+        .map(|text| parse_count("vt_max_unacked", text))
+        .transpose()?;
 
     Ok(Some(MessageOptions {
         ack_wait,
@@ -178,6 +185,7 @@ pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsErr
         min_backoff,
         max_backoff,
         message_cols,
+        max_unacked,
     }))
 }
 
@@ -284,6 +292,9 @@ impl MessageOptions {
             s.push_str(",vt_message_cols=");
             s.push_str(&cols.join("|"));
         }
+        if let Some(max) = self.max_unacked {
+            s.push_str(&format!(",vt_max_unacked={max}"));
+        }
         s
     }
 }
@@ -328,8 +339,27 @@ mod tests {
                 min_backoff: Duration::from_secs(30),
                 max_backoff: None,
                 message_cols: None,
+                max_unacked: None,
             }
         );
+    }
+
+    #[test]
+    fn max_unacked_is_a_count() {
+        assert_eq!(
+            ok(&format!("{BASE},vt_max_unacked=500")).max_unacked,
+            Some(500)
+        );
+        for bad in ["0", "-1", "1.5", "many", ""] {
+            assert_eq!(
+                parse_comment(&format!("{BASE},vt_max_unacked={bad}")),
+                Err(OptionsError::BadCount {
+                    option: "vt_max_unacked",
+                    value: bad.to_string()
+                }),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

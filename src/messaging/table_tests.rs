@@ -61,6 +61,7 @@ fn opts() -> MessageOptions {
         min_backoff: Duration::from_secs(30),
         max_backoff: None,
         message_cols: None,
+        max_unacked: None,
     }
 }
 

@@ -1,0 +1,99 @@
+//! `vt_max_unacked`: a stream holds at most that many messages sent and not yet acked, so a slow
+//! consumer cannot sit on the table's messages while the other streams wait; acks made anywhere
+//! (through the proxy, or straight to the server) make room at once.
+
+use super::harness::{ack, assert_each_once, comment, ids, secs, Env};
+use crate::support::wait_for_log;
+
+#[tokio::test]
+async fn a_stream_holds_at_most_vt_max_unacked_and_acks_make_room() {
+    let env = Env::new("msg_max_unacked").await;
+    // Acks reach the engine through the binlog; the limit holds only while it is followed.
+    wait_for_log(&env.proxy, "binlog: following from", 15).await;
+    env.ddl(&format!(
+        "create table q(id bigint primary key, time_next bigint, epoch bigint, \
+         time_acked bigint, message varchar(50)) comment '{}'",
+        comment("30", 4, "1", ",vt_max_unacked=10")
+    ))
+    .await;
+    env.via_proxy(&format!(
+        "insert into q(id, message) values {}",
+        (1..=40)
+            .map(|i| format!("({i}, 'm{i}')"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .await;
+
+    // A stream alone would take all 40 (its socket holds them); it gets 10.
+    let mut slow = env.stream("q").await;
+    let first = slow.recv_n(10, secs(5.0)).await;
+    assert_eq!(first.len(), 10, "{}", env.log());
+    slow.expect_quiet(secs(1.5), "a stream holding vt_max_unacked messages")
+        .await;
+
+    // The other 30 are not stuck behind it: a second stream gets its own 10.
+    let mut other = env.stream("q").await;
+    let second = other.recv_n(10, secs(5.0)).await;
+    assert_eq!(second.len(), 10, "{}", env.log());
+    other
+        .expect_quiet(secs(1.0), "the second stream at its limit too")
+        .await;
+
+    // ACK through the proxy makes room for the slow stream...
+    let mut c = env.proxy_conn().await;
+    assert_eq!(ack(&mut c, "q", &ids(&first)).await, 10);
+    let third = slow.recv_n(10, secs(5.0)).await;
+    assert_eq!(third.len(), 10, "{}", env.log());
+    // ...and so does the Vitess SQL ack straight to the server, seen in the binlog.
+    env.direct(&format!(
+        "update q set time_acked = {}, time_next = null where id in ({}) and time_acked is null",
+        super::harness::now_ns(),
+        ids(&second)
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .await;
+    let fourth = other.recv_n(10, secs(5.0)).await;
+    assert_eq!(fourth.len(), 10, "{}", env.log());
+
+    let all: Vec<i64> = [&first, &second, &third, &fourth]
+        .into_iter()
+        .flat_map(|m| ids(m))
+        .collect();
+    assert_each_once(&all, 1..=40, "all 40, none twice");
+    slow.expect_quiet(secs(1.0), "nothing left").await;
+    let _ = c.disconnect().await;
+}
+
+/// Messages whose ack wait passes stop counting: a stream that never acks is not stuck for good
+/// (its messages are due again, for any stream, and it may take new ones).
+#[tokio::test]
+async fn messages_stop_counting_when_their_ack_wait_passes() {
+    let env = Env::new("msg_max_unacked_expiry").await;
+    wait_for_log(&env.proxy, "binlog: following from", 15).await;
+    // ack_wait 1 s, min_backoff 1 s: a sent message is due again 1.67..2.33 s later. The
+    // poller interval (30 s) is far off, so only the limit's own wake-up can hand out more.
+    env.ddl(&format!(
+        "create table q(id bigint primary key, time_next bigint, epoch bigint, \
+         time_acked bigint, message varchar(50)) comment '{}'",
+        comment("1", 10, "30", ",vt_max_unacked=3")
+    ))
+    .await;
+    env.via_proxy("insert into q(id, message) values (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')")
+        .await;
+    let mut s = env.stream("q").await;
+    let first = s.recv_n(3, secs(5.0)).await;
+    assert_eq!(first.len(), 3, "{}", env.log());
+    s.expect_quiet(secs(1.0), "at the limit, within the ack wait")
+        .await;
+    let next = s.recv_n(3, secs(4.0)).await;
+    assert_eq!(
+        next.len(),
+        3,
+        "after the ack wait the stream may take 3 more\n{}",
+        env.log()
+    );
+}
