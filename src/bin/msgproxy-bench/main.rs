@@ -129,6 +129,9 @@ pub struct Opts {
     /// vt_cache_size of the bench's message tables.
     #[arg(long, default_value_t = 10000)]
     pub cache_size: usize,
+    /// vt_max_unacked of the bench's message tables [default: none, no limit]
+    #[arg(long)]
+    pub max_unacked: Option<usize>,
     /// vt_poller_interval (seconds) of the bench's message tables.
     #[arg(long, default_value_t = 1.0)]
     pub poller_interval: f64,
@@ -507,7 +510,7 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
     }
     let o = &ctx.opts;
     format!(
-        "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}{}{}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers{}, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}",
+        "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}{}{}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers{}, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}{}",
         match server {
             Some(_) if !o.server_args.is_empty() => format!("throwaway, with {}", o.server_args.join(" ")),
             Some(_) => "throwaway".into(),
@@ -538,6 +541,9 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
         o.batch_size,
         o.cache_size,
         o.poller_interval,
+        o.max_unacked
+            .map(|n| format!(", vt_max_unacked={n}"))
+            .unwrap_or_default(),
         if o.smoke { " (SMOKE: figures mean nothing)" } else { "" }
     )
 }

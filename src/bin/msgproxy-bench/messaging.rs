@@ -60,8 +60,13 @@ fn create_table_sql(ctx: &Ctx, name: &str) -> String {
     format!(
         "CREATE TABLE `{name}` (id BIGINT NOT NULL, time_next BIGINT DEFAULT 0, epoch BIGINT, time_acked BIGINT, \
          message VARCHAR(128), PRIMARY KEY(id), INDEX next_idx(time_next, epoch), INDEX ack_idx(time_acked)) ENGINE=InnoDB \
-         COMMENT 'vitess_message,vt_ack_wait=30,vt_purge_after=3600,vt_batch_size={},vt_cache_size={},vt_poller_interval={}'",
-        o.batch_size, o.cache_size, o.poller_interval
+         COMMENT 'vitess_message,vt_ack_wait=30,vt_purge_after=3600,vt_batch_size={},vt_cache_size={},vt_poller_interval={}{}'",
+        o.batch_size,
+        o.cache_size,
+        o.poller_interval,
+        o.max_unacked
+            .map(|n| format!(",vt_max_unacked={n}"))
+            .unwrap_or_default()
     )
 }
 
