@@ -5,16 +5,25 @@
 use super::harness::{ack, assert_each_once, comment, ids, secs, Env};
 use crate::support::wait_for_log;
 
-#[tokio::test]
-async fn a_stream_holds_at_most_vt_max_unacked_and_acks_make_room() {
-    let env = Env::new("msg_max_unacked").await;
-    // Acks reach the engine through the binlog; the limit holds only while it is followed.
+/// A proxy following the binlog (acks reach the engine there; the limit holds only then) and
+/// table `q` with the given comment.
+async fn env_with_queue(db: &str, table_comment: &str) -> Env {
+    let env = Env::new(db).await;
     wait_for_log(&env.proxy, "binlog: following from", 15).await;
     env.ddl(&format!(
         "create table q(id bigint primary key, time_next bigint, epoch bigint, \
-         time_acked bigint, message varchar(50)) comment '{}'",
-        comment("30", 4, "1", ",vt_max_unacked=10")
+         time_acked bigint, message varchar(50)) comment '{table_comment}'"
     ))
+    .await;
+    env
+}
+
+#[tokio::test]
+async fn a_stream_holds_at_most_vt_max_unacked_and_acks_make_room() {
+    let env = env_with_queue(
+        "msg_max_unacked",
+        &comment("30", 4, "1", ",vt_max_unacked=10"),
+    )
     .await;
     env.via_proxy(&format!(
         "insert into q(id, message) values {}",
@@ -72,15 +81,12 @@ async fn a_stream_holds_at_most_vt_max_unacked_and_acks_make_room() {
 /// (its messages are due again, for any stream, and it may take new ones).
 #[tokio::test]
 async fn messages_stop_counting_when_their_ack_wait_passes() {
-    let env = Env::new("msg_max_unacked_expiry").await;
-    wait_for_log(&env.proxy, "binlog: following from", 15).await;
     // ack_wait 1 s, min_backoff 1 s: a sent message is due again 1.67..2.33 s later. The
-    // poller interval (30 s) is far off, so only the limit's own wake-up can hand out more.
-    env.ddl(&format!(
-        "create table q(id bigint primary key, time_next bigint, epoch bigint, \
-         time_acked bigint, message varchar(50)) comment '{}'",
-        comment("1", 10, "30", ",vt_max_unacked=3")
-    ))
+    // poller interval (30 s) is far off: what comes next comes at the ack deadline, not a poll.
+    let env = env_with_queue(
+        "msg_max_unacked_expiry",
+        &comment("1", 10, "30", ",vt_max_unacked=3"),
+    )
     .await;
     env.via_proxy("insert into q(id, message) values (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')")
         .await;

@@ -415,8 +415,7 @@ impl Proxy {
         work: &Path,
         tag: &str,
     ) -> Result<Proxy, String> {
-        let log = std::env::var("MSGPROXY_LOG").unwrap_or_else(|_| "warn".into());
-        Proxy::start_with_log(binary, backend_url, work, tag, &log)
+        Proxy::launch(binary, backend_url, work, tag, &log_filter(), None)
     }
 
     /// Like [`Proxy::start`], also listening on a Unix socket in `work` (`--listen-socket`).
@@ -426,9 +425,8 @@ impl Proxy {
         work: &Path,
         tag: &str,
     ) -> Result<Proxy, String> {
-        let log = std::env::var("MSGPROXY_LOG").unwrap_or_else(|_| "warn".into());
         let socket = work.join(format!("msgproxy-{tag}.sock"));
-        Proxy::launch(binary, backend_url, work, tag, &log, Some(socket))
+        Proxy::launch(binary, backend_url, work, tag, &log_filter(), Some(socket))
     }
 
     /// Starts the proxy with `MSGPROXY_LOG=log_filter`.
@@ -481,6 +479,11 @@ impl Proxy {
         }
         Err(last_err)
     }
+}
+
+/// The proxies' log filter: the bench's own `MSGPROXY_LOG`, or warnings only.
+fn log_filter() -> String {
+    std::env::var("MSGPROXY_LOG").unwrap_or_else(|_| "warn".into())
 }
 
 /// The bench's clients log in to the proxy with the backend's credentials. With no users

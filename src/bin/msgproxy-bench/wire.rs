@@ -8,12 +8,12 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+// TCP or a Unix socket: the proxy's own two-way stream serves the load generator as well.
+use msgproxy::backend::BackendStream as Transport;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
 const CLIENT_LONG_PASSWORD: u32 = 0x1;
@@ -152,52 +152,6 @@ pub struct Outcome {
 pub struct Statement {
     id: u32,
     params: u16,
-}
-
-/// A connection's transport.
-enum Transport {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl AsyncRead for Transport {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Transport::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Transport::Unix(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Transport {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Transport::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Transport::Unix(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Transport::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Transport::Unix(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Transport::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Transport::Unix(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
 }
 
 /// One connection.
