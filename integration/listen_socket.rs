@@ -159,3 +159,55 @@ async fn mysql_async_moves_onto_the_proxys_socket_and_users_are_at_localhost() {
     assert!(!proxy.is_alive(), "SIGTERM stops the proxy");
     assert!(!path.exists(), "a clean stop removes the socket file");
 }
+
+/// SIGTERM: the proxy stops listening at once — new clients are refused over TCP and the socket
+/// file is gone — while a command already running finishes and gets its answer.
+#[tokio::test]
+async fn shutdown_refuses_new_clients_and_lets_running_commands_finish() {
+    let dir = socket_dir();
+    let path = dir.path().join("msgproxy.sock");
+    let server = MariaDb::shared();
+    let proxy = Proxy::start(&server.url("test"), &["--listen-socket", &arg(&path)], None);
+    let mut busy = Conn::new(over_socket(&path, "root", None, "test"))
+        .await
+        .expect("connect over the socket");
+    let running = tokio::spawn(async move {
+        let slept: Result<Option<i64>, _> = busy.query_first("SELECT SLEEP(3)").await;
+        slept
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let pid = proxy.pid().expect("a process") as i32;
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while path.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !path.exists(),
+        "the socket file is removed when shutdown begins"
+    );
+    let refused = std::net::TcpStream::connect(("127.0.0.1", proxy.port()));
+    assert!(
+        refused.is_err(),
+        "a TCP client during the drain should be refused, not queued"
+    );
+    assert!(proxy.is_alive(), "still draining the running command");
+
+    let slept = running.await.expect("the query task");
+    assert_eq!(
+        slept.expect("the running query gets its answer"),
+        Some(0),
+        "\n{}",
+        proxy.log()
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while proxy.is_alive() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        !proxy.is_alive(),
+        "the proxy exits once the command is done"
+    );
+}

@@ -208,6 +208,13 @@ impl Server {
                 }
             }
         }
+        // Stop listening at once, as mysqld does: a client arriving during the drain is refused
+        // (and the socket file is gone) rather than left waiting in the backlog until exit.
+        let Server {
+            listener, socket, ..
+        } = self;
+        drop(listener);
+        drop(socket);
         tracker.close();
         info!(
             "shutting down: waiting for {} session(s) to finish",
