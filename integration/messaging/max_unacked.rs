@@ -3,12 +3,22 @@
 //! (through the proxy, or straight to the server) make room at once.
 
 use super::harness::{ack, assert_each_once, comment, ids, secs, Env};
-use crate::support::wait_for_log;
+use crate::support::metrics::{sample, scrape};
+use crate::support::process::free_port;
+use crate::support::{wait_for_log, MariaDb};
 
-/// A proxy following the binlog (acks reach the engine there; the limit holds only then) and
-/// table `q` with the given comment.
-async fn env_with_queue(db: &str, table_comment: &str) -> Env {
-    let env = Env::new(db).await;
+/// A proxy following the binlog (acks reach the engine there; the limit holds only then), with
+/// its metrics on `metrics_port`, and table `q` with the given comment.
+async fn env_with_queue(db: &str, table_comment: &str, metrics_port: u16) -> Env {
+    let server = MariaDb::shared();
+    let listen = format!("127.0.0.1:{metrics_port}");
+    let env = Env::on_url(
+        server,
+        db,
+        &server.backend_url(),
+        &["--metrics-listen", &listen],
+    )
+    .await;
     wait_for_log(&env.proxy, "binlog: following from", 15).await;
     env.ddl(&format!(
         "create table q(id bigint primary key, time_next bigint, epoch bigint, \
@@ -20,11 +30,21 @@ async fn env_with_queue(db: &str, table_comment: &str) -> Env {
 
 #[tokio::test]
 async fn a_stream_holds_at_most_vt_max_unacked_and_acks_make_room() {
+    let mport = free_port();
     let env = env_with_queue(
         "msg_max_unacked",
         &comment("30", 4, "1", ",vt_max_unacked=10"),
+        mport,
     )
     .await;
+    let held = || async {
+        let page = scrape(mport).await;
+        sample(
+            &page,
+            "msgproxy_message_unacked_held",
+            &[("schema", "msg_max_unacked"), ("table", "q")],
+        )
+    };
     env.via_proxy(&format!(
         "insert into q(id, message) values {}",
         (1..=40)
@@ -48,6 +68,7 @@ async fn a_stream_holds_at_most_vt_max_unacked_and_acks_make_room() {
     other
         .expect_quiet(secs(1.0), "the second stream at its limit too")
         .await;
+    assert_eq!(held().await, Some(20.0), "two streams hold 10 each");
 
     // ACK through the proxy makes room for the slow stream...
     let mut c = env.proxy_conn().await;
@@ -74,6 +95,7 @@ async fn a_stream_holds_at_most_vt_max_unacked_and_acks_make_room() {
         .collect();
     assert_each_once(&all, 1..=40, "all 40, none twice");
     slow.expect_quiet(secs(1.0), "nothing left").await;
+    assert_eq!(held().await, Some(20.0), "the last 20 are not acked yet");
     let _ = c.disconnect().await;
 }
 
@@ -86,6 +108,7 @@ async fn messages_stop_counting_when_their_ack_wait_passes() {
     let env = env_with_queue(
         "msg_max_unacked_expiry",
         &comment("1", 10, "30", ",vt_max_unacked=3"),
+        free_port(),
     )
     .await;
     env.via_proxy("insert into q(id, message) values (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')")

@@ -197,6 +197,7 @@ impl TableManager {
             in_flight: state.in_flight.len(),
             scheduled: state.schedule.len(),
             oldest_due_ns: state.cache.oldest_time_next(),
+            held_unacked: state.unacked.total(),
         }
     }
 

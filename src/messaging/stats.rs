@@ -130,6 +130,9 @@ pub struct ManagerSnapshot {
     pub scheduled: usize,
     /// The earliest `time_next` (Unix ns) of the cached rows that have one.
     pub oldest_due_ns: Option<i64>,
+    /// Messages this proxy's streams hold sent and not yet acked, as counted for
+    /// `vt_max_unacked` (0 without it).
+    pub held_unacked: usize,
 }
 
 impl ManagerSnapshot {

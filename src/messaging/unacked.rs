@@ -59,6 +59,11 @@ impl Unacked {
         self.by_deadline.first().map(|(deadline, _)| *deadline)
     }
 
+    /// How many messages all streams hold.
+    pub(super) fn total(&self) -> usize {
+        self.by_key.len()
+    }
+
     /// How many messages `stream` holds.
     pub(super) fn held_by(&self, stream: u64) -> usize {
         self.counts.get(&stream).copied().unwrap_or(0)
