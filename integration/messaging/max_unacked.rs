@@ -2,7 +2,9 @@
 //! consumer cannot sit on the table's messages while the other streams wait; acks made anywhere
 //! (through the proxy, or straight to the server) make room at once.
 
-use super::harness::{ack, assert_each_once, comment, ids, secs, Env};
+use mysql_async::prelude::Queryable;
+
+use super::harness::{ack, assert_each_once, comment, exec, ids, secs, Env};
 use crate::support::metrics::{sample, scrape};
 use crate::support::process::free_port;
 use crate::support::{wait_for_log, MariaDb};
@@ -125,4 +127,53 @@ async fn messages_stop_counting_when_their_ack_wait_passes() {
         "after the ack wait the stream may take 3 more\n{}",
         env.log()
     );
+}
+
+/// An ack the binlog does not show row by row — logged with a minimal row image, or as a
+/// statement — asks for a poll, and the poll lets go of what it acked.
+#[tokio::test]
+async fn acks_logged_as_statements_or_minimal_images_make_room_too() {
+    let env = env_with_queue(
+        "msg_max_unacked_minimal",
+        &comment("30", 2, "30", ",vt_max_unacked=2"),
+        free_port(),
+    )
+    .await;
+    env.via_proxy("insert into q(id, message) values (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')")
+        .await;
+    let mut s = env.stream("q").await;
+    let mut direct = env.direct_conn().await;
+    let mut got = Vec::new();
+    for how in [
+        "SET SESSION binlog_row_image = 'MINIMAL'",
+        "SET SESSION binlog_format = 'STATEMENT'",
+    ] {
+        let held = s.recv_n(2, secs(5.0)).await;
+        assert_eq!(held.len(), 2, "{}", env.log());
+        s.expect_quiet(secs(0.5), "at the limit").await;
+        direct.query_drop(how).await.expect(how);
+        let acked = exec(
+            &mut direct,
+            &format!(
+                "update q set time_acked = {}, time_next = null where id in ({}) and time_acked is null",
+                super::harness::now_ns(),
+                ids(&held).iter().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        )
+        .await
+        .expect("the direct ack");
+        assert_eq!(acked, 2);
+        got.extend(ids(&held));
+    }
+    let last = s.recv_n(2, secs(5.0)).await;
+    assert_eq!(
+        last.len(),
+        2,
+        "after the {} ack\n{}",
+        "statement-format",
+        env.log()
+    );
+    got.extend(ids(&last));
+    assert_each_once(&got, 1..=6, "all six, none twice");
+    let _ = direct.disconnect().await;
 }

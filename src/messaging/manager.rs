@@ -586,7 +586,12 @@ impl TableManager {
                     .polls
                     .fetch_add(1, Ordering::Relaxed)
                     .is_multiple_of(super::poll::THOROUGH_EVERY);
-                super::poll::due_and_soon(&mut conn, &def, now, horizon, thorough).await
+                let polled =
+                    super::poll::due_and_soon(&mut conn, &def, now, horizon, thorough).await;
+                if polled.is_ok() {
+                    self.release_unseen_acks(&mut conn, &def).await;
+                }
+                polled
             }
             Err(e) => Err(e),
         };
@@ -617,6 +622,29 @@ impl TableManager {
             });
         if again {
             self.request_poll();
+        }
+    }
+
+    /// With `vt_max_unacked`: lets go of the messages streams hold whose rows are acked or gone
+    /// although the binlog did not show it row by row (an ack logged as a statement or with a
+    /// minimal row image asks for this poll instead). One primary-key read of what is held.
+    async fn release_unseen_acks(&self, conn: &mut mysql_async::Conn, def: &MessageTable) {
+        if self.unacked_limit().is_none() {
+            return;
+        }
+        let held = self.lock().unacked.keys();
+        if held.is_empty() {
+            return;
+        }
+        match super::poll::still_unacked(conn, def, &held).await {
+            Ok(unacked) => {
+                let unacked: HashSet<&[u8]> = unacked.iter().map(|k| &k[..]).collect();
+                let mut state = self.lock();
+                for key in held.iter().filter(|k| !unacked.contains(&k[..])) {
+                    state.unacked.release(key);
+                }
+            }
+            Err(e) => debug!("{}: checking held messages for acks: {e}", def.qualified()),
         }
     }
 

@@ -96,6 +96,36 @@ pub async fn due_and_soon(
     Ok((due, soon))
 }
 
+/// Of `keys` (messages streams hold under `vt_max_unacked`), those whose rows are still unacked.
+/// The others were acked or deleted in a way the binlog did not show row by row — an UPDATE
+/// logged as a statement or with a minimal row image, or while the binlog connection was down —
+/// and must stop counting. A plain read (no locks), by primary key, 1,000 keys a statement.
+pub async fn still_unacked(
+    conn: &mut Conn,
+    def: &MessageTable,
+    keys: &[Box<[u8]>],
+) -> Result<Vec<Box<[u8]>>, mysql_async::Error> {
+    let mut unacked = Vec::new();
+    for chunk in keys.chunks(1000) {
+        let Some(ids) = def.ids_sql(chunk.iter().map(|k| &k[..])) else {
+            continue;
+        };
+        let sql = format!(
+            "SELECT {} FROM {} WHERE {ids} AND {}",
+            def.key_sql(),
+            def.by_primary_key(),
+            state::UNACKED_SQL
+        );
+        let rows: Vec<Row> = conn.query(sql).await?;
+        unacked.extend(
+            rows.into_iter()
+                .filter_map(|row| row.unwrap().into_iter().next())
+                .filter_map(super::manager::value_bytes),
+        );
+    }
+    Ok(unacked)
+}
+
 /// The poller's statements for a table without `priority`.
 struct UnprioritizedQueries {
     /// Due rows with a NULL `time_next` (they sort first, as 0).

@@ -59,6 +59,11 @@ impl Unacked {
         self.by_deadline.first().map(|(deadline, _)| *deadline)
     }
 
+    /// The messages all streams hold.
+    pub(super) fn keys(&self) -> Vec<Box<[u8]>> {
+        self.by_key.keys().cloned().collect()
+    }
+
     /// How many messages all streams hold.
     pub(super) fn total(&self) -> usize {
         self.by_key.len()
