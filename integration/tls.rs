@@ -79,7 +79,12 @@ async fn tls_required_refuses_plaintext_clients() {
     let server = MariaDb::shared();
     let dir = tempfile::tempdir().expect("tempdir");
     let (cert, key) = self_signed(dir.path());
-    let proxy = Proxy::start(&server.backend_url(), &[], Some(&config(&cert, &key, true)));
+    let socket = dir.path().join("msgproxy.sock");
+    let proxy = Proxy::start(
+        &server.backend_url(),
+        &["--listen-socket", &socket.display().to_string()],
+        Some(&config(&cert, &key, true)),
+    );
     let cli = || Cli::new(proxy.port()).user("it_app", Some("secret"));
     let plain = cli().run(&["--skip-ssl", "-e", "SELECT 1"]);
     assert!(
@@ -90,6 +95,15 @@ async fn tls_required_refuses_plaintext_clients() {
     assert!(
         tls.success() && tls.stdout.trim() == "over tls",
         "{tls:?}\n{}",
+        proxy.log()
+    );
+    // A Unix socket is secure transport, as for the server's require_secure_transport.
+    let local = Cli::over_socket(&socket)
+        .user("it_app", Some("secret"))
+        .run(&["--skip-ssl", "-N", "-e", "SELECT 'on the socket'"]);
+    assert!(
+        local.success() && local.stdout.trim() == "on the socket",
+        "{local:?}\n{}",
         proxy.log()
     );
     proxy.assert_alive();

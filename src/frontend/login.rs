@@ -175,7 +175,9 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
         write_packet(client.get_mut(), seq, &err.encode(true)).await?;
         return Ok(None);
     }
-    if ctx.config.require_tls && !secure {
+    // A Unix socket is secure transport, as for the server's `require_secure_transport`: it
+    // never leaves the host.
+    if ctx.config.require_tls && !secure && !matches!(peer, Peer::Socket) {
         let err = ErrorPacket::new(
             ER_SECURE_TRANSPORT_REQUIRED,
             "HY000",
