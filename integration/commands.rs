@@ -480,6 +480,13 @@ async fn the_socket_rewrite_leaves_strings_identifiers_and_comments_alone() {
         Some("@@socket"),
         "{names:?}"
     );
+    // The variable, replaced, keeps the column name the server gives it (QA: clients reading
+    // `row['@@socket']` found nothing).
+    assert_eq!(
+        names.get(2).map(String::as_str),
+        Some("@@socket"),
+        "{names:?}"
+    );
     // A comparison with the literal matches the row holding it, and only that one.
     let matched: Option<String> = conn
         .query_first(

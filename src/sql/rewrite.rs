@@ -16,9 +16,13 @@ use super::lexer::{Lexer, Quoting, Token, TokenKind};
 /// variable, `@@socket` or `@@global.socket` (any case, the name bare or in backticks), becomes
 /// `socket`, a string literal from [`socket_literal`]. Only code is read, by the session's
 /// lexer ([`Quoting`] says where its strings end): string literals, quoted identifiers and
-/// comments are left as written (`SELECT '@@socket'` is that string), while an executable comment (`/*! ... */`) is code. `@@session.socket` and
-/// `@@local.socket` are left to the server, whose answer is an error (the variable is global
-/// only) that names no socket.
+/// comments are left as written (`SELECT '@@socket'` is that string), while an executable
+/// comment (`/*! ... */`) is code. `@@session.socket` and `@@local.socket` are left to the
+/// server, whose answer is an error (the variable is global only) that names no socket.
+///
+/// A reference that is a whole item of the select list, without an alias of its own, also gets
+/// the name the server would give its column — the reference as written (`` '' AS `@@socket` ``)
+/// — so clients that read the column by name still find it.
 pub fn rewrite(sql: &[u8], quoting: Quoting, socket: &[u8]) -> Option<Vec<u8>> {
     // Fast path: almost no statement mentions a system variable at all.
     if !sql.windows(2).any(|w| w == b"@@") {
@@ -27,6 +31,7 @@ pub fn rewrite(sql: &[u8], quoting: Quoting, socket: &[u8]) -> Option<Vec<u8>> {
     let mut lexer = Lexer::with_quoting(sql, quoting);
     let mut out: Option<Vec<u8>> = None;
     let mut copied = 0;
+    let mut select_list = SelectList::default();
     loop {
         let token = lexer.next_token();
         match token.kind {
@@ -36,14 +41,29 @@ pub fn rewrite(sql: &[u8], quoting: Quoting, socket: &[u8]) -> Option<Vec<u8>> {
                     let buf = out.get_or_insert_with(|| Vec::with_capacity(sql.len()));
                     buf.extend_from_slice(sql.get(copied..token.start).unwrap_or_default());
                     buf.extend_from_slice(socket);
+                    let next = ahead.clone().next_token();
+                    if select_list.item_starts_here() && select_list.item_ends_at(&next, sql) {
+                        let written = sql.get(token.start..end).unwrap_or_default();
+                        buf.extend_from_slice(b" AS `");
+                        for &b in written {
+                            if b == b'`' {
+                                buf.push(b'`');
+                            }
+                            buf.push(b);
+                        }
+                        buf.push(b'`');
+                    }
                     copied = end;
                     lexer = ahead;
+                    select_list.saw_item();
+                    continue;
                 }
             }
             // An unterminated string or comment: the server refuses the statement anyway.
             TokenKind::Eof | TokenKind::Invalid => break,
             _ => {}
         }
+        select_list.saw(&token, sql);
     }
     let mut buf = out?;
     buf.extend_from_slice(sql.get(copied..).unwrap_or_default());
@@ -62,6 +82,99 @@ pub fn socket_literal(path: Option<&Path>) -> Vec<u8> {
         return b"''".to_vec();
     }
     format!("'{text}'").into_bytes()
+}
+
+/// Where the lexer is with respect to the outermost select list: enough to tell a whole,
+/// unnamed item of it (`SELECT @@socket, 1 FROM t`) from a part of an expression
+/// (`SELECT CONCAT(@@socket, 'x')`, `SELECT @@socket AS s`, `ORDER BY 1, @@socket`).
+#[derive(Default)]
+struct SelectList {
+    /// Parentheses open.
+    depth: usize,
+    /// Between a `SELECT` and the end of its list, outside any parentheses.
+    inside: bool,
+    /// The last token was `SELECT`, one of its options, or a comma of the list.
+    at_item_start: bool,
+}
+
+/// Words that may stand between `SELECT` and its first item.
+const SELECT_OPTIONS: [&[u8]; 10] = [
+    b"ALL",
+    b"DISTINCT",
+    b"DISTINCTROW",
+    b"HIGH_PRIORITY",
+    b"STRAIGHT_JOIN",
+    b"SQL_SMALL_RESULT",
+    b"SQL_BIG_RESULT",
+    b"SQL_BUFFER_RESULT",
+    b"SQL_CACHE",
+    b"SQL_NO_CACHE",
+];
+
+/// Words that end a select list.
+const LIST_ENDS: [&[u8]; 13] = [
+    b"FROM",
+    b"INTO",
+    b"WHERE",
+    b"GROUP",
+    b"HAVING",
+    b"ORDER",
+    b"LIMIT",
+    b"UNION",
+    b"EXCEPT",
+    b"INTERSECT",
+    b"WINDOW",
+    b"FOR",
+    b"LOCK",
+];
+
+impl SelectList {
+    fn saw(&mut self, token: &Token, sql: &[u8]) {
+        let word = |list: &[&[u8]]| {
+            token.kind == TokenKind::Word
+                && list.iter().any(|w| {
+                    sql.get(token.start..token.end)
+                        .is_some_and(|t| t.eq_ignore_ascii_case(w))
+                })
+        };
+        let at_item_start = self.at_item_start;
+        self.at_item_start = false;
+        match token.kind {
+            TokenKind::Punct(b'(') => self.depth += 1,
+            TokenKind::Punct(b')') => self.depth = self.depth.saturating_sub(1),
+            _ if self.depth > 0 => {}
+            _ if word(&[b"SELECT"]) => {
+                self.inside = true;
+                self.at_item_start = true;
+            }
+            _ if !self.inside => {}
+            TokenKind::Punct(b',') => self.at_item_start = true,
+            _ if at_item_start && word(&SELECT_OPTIONS) => self.at_item_start = true,
+            _ if word(&LIST_ENDS) => self.inside = false,
+            _ => {}
+        }
+    }
+
+    /// An item just went by (the variable, replaced).
+    fn saw_item(&mut self) {
+        self.at_item_start = false;
+    }
+
+    fn item_starts_here(&self) -> bool {
+        self.inside && self.depth == 0 && self.at_item_start
+    }
+
+    /// Whether `next`, the token after an item, ends it unnamed.
+    fn item_ends_at(&self, next: &Token, sql: &[u8]) -> bool {
+        match next.kind {
+            TokenKind::Eof | TokenKind::Punct(b',') | TokenKind::Punct(b';') => true,
+            TokenKind::Word => LIST_ENDS.iter().any(|w| {
+                sql.get(next.start..next.end)
+                    .is_some_and(|t| t.eq_ignore_ascii_case(w))
+            }),
+            _ => false,
+        }
+    }
 }
 
 /// After `@@`: the end of `socket` or `global.socket`, if that is what follows.
@@ -95,13 +208,53 @@ mod tests {
         rewrite_in(sql, Quoting::DEFAULT, b"''")
     }
 
+    fn str_rewrite(sql: &str) -> String {
+        String::from_utf8(rewrite(sql.as_bytes()).expect("rewritten")).unwrap()
+    }
+
+    #[test]
+    fn a_whole_unnamed_item_keeps_its_column_name() {
+        for (sql, want) in [
+            ("SELECT @@socket", "SELECT '' AS `@@socket`"),
+            (
+                "select distinct @@Socket;",
+                "select distinct '' AS `@@Socket`;",
+            ),
+            (
+                "SELECT 1, @@socket FROM dual WHERE 1",
+                "SELECT 1, '' AS `@@socket` FROM dual WHERE 1",
+            ),
+            (
+                "SELECT 1 UNION SELECT @@socket",
+                "SELECT 1 UNION SELECT '' AS `@@socket`",
+            ),
+            ("SELECT @@socket INTO @s", "SELECT '' AS `@@socket` INTO @s"),
+            // Named already, or part of an expression: no alias.
+            ("SELECT @@socket AS s", "SELECT '' AS s"),
+            ("SELECT @@socket s", "SELECT '' s"),
+            ("SELECT CONCAT('x', @@socket)", "SELECT CONCAT('x', '')"),
+            ("SELECT @@socket = ''", "SELECT '' = ''"),
+            ("SELECT (SELECT @@socket)", "SELECT (SELECT '')"),
+            (
+                "SELECT 1 FROM t ORDER BY 1, @@socket",
+                "SELECT 1 FROM t ORDER BY 1, ''",
+            ),
+            (
+                "SELECT 1 FROM t WHERE @@socket = ''",
+                "SELECT 1 FROM t WHERE '' = ''",
+            ),
+        ] {
+            assert_eq!(str_rewrite(sql), want, "{sql}");
+        }
+    }
+
     #[test]
     fn socket_reads_as_the_proxys_own_socket_when_it_has_one() {
         let literal = socket_literal(Some(Path::new("/run/msgproxy/msgproxy.sock")));
         assert_eq!(literal, b"'/run/msgproxy/msgproxy.sock'");
         assert_eq!(
             rewrite_in(b"SELECT @@socket", Quoting::DEFAULT, &literal).as_deref(),
-            Some(&b"SELECT '/run/msgproxy/msgproxy.sock'"[..])
+            Some(&b"SELECT '/run/msgproxy/msgproxy.sock' AS `@@socket`"[..])
         );
         assert_eq!(socket_literal(None), b"''");
         for unsafe_path in ["/tmp/it's.sock", "/tmp/a\\b.sock", "/tmp/new\nline"] {
@@ -117,7 +270,7 @@ mod tests {
     fn socket_reads_as_an_empty_string() {
         assert_eq!(
             rewrite(b"SELECT @@max_allowed_packet,@@wait_timeout,@@socket").as_deref(),
-            Some(&b"SELECT @@max_allowed_packet,@@wait_timeout,''"[..])
+            Some(&b"SELECT @@max_allowed_packet,@@wait_timeout,'' AS `@@socket`"[..])
         );
         assert_eq!(
             rewrite(b"select @@SOCKET as s").as_deref(),
@@ -138,7 +291,7 @@ mod tests {
     fn global_and_backticked_names_are_the_variable_too() {
         assert_eq!(
             rewrite(b"SELECT @@global.socket, @@GLOBAL.`Socket`, @@`socket`").as_deref(),
-            Some(&b"SELECT '', '', ''"[..])
+            Some(&b"SELECT '' AS `@@global.socket`, '' AS `@@GLOBAL.``Socket```, '' AS `@@``socket```"[..])
         );
     }
 
@@ -165,7 +318,7 @@ mod tests {
         // Executable comments are code.
         assert_eq!(
             rewrite(b"SELECT /*! @@socket */").as_deref(),
-            Some(&b"SELECT /*! '' */"[..])
+            Some(&b"SELECT /*! '' AS `@@socket` */"[..])
         );
     }
 
@@ -176,7 +329,7 @@ mod tests {
         assert_eq!(rewrite_in(sql, Quoting::DEFAULT, b"''"), None);
         assert_eq!(
             rewrite_in(sql, Quoting::NO_BACKSLASH_ESCAPES, b"''").as_deref(),
-            Some(&b"SELECT 'a\\', '', 'b'"[..])
+            Some(&b"SELECT 'a\\', '' AS `@@socket`, 'b'"[..])
         );
     }
 }
