@@ -90,6 +90,10 @@ struct Opts {
     /// vt_max_backoff of the table, seconds.
     #[arg(long, default_value_t = 4.0)]
     max_backoff: f64,
+    /// vt_max_unacked of the table [default: none, no limit]: the limit under faults must never
+    /// keep a message from its consumers for good.
+    #[arg(long)]
+    max_unacked: Option<usize>,
     /// Share of deliveries consumers leave unacked on purpose (they must come back).
     #[arg(long, default_value_t = 0.1)]
     skip_ack: f64,
@@ -455,8 +459,13 @@ async fn kill_backend_connection(direct: &Target, pick: u64) -> String {
 fn table_comment(opts: &Opts) -> String {
     format!(
         "vitess_message,vt_ack_wait={},vt_min_backoff={},vt_max_backoff={},vt_purge_after=86400,\
-         vt_batch_size=10,vt_cache_size=1000,vt_poller_interval=1",
-        opts.ack_wait, opts.min_backoff, opts.max_backoff
+         vt_batch_size=10,vt_cache_size=1000,vt_poller_interval=1{}",
+        opts.ack_wait,
+        opts.min_backoff,
+        opts.max_backoff,
+        opts.max_unacked
+            .map(|n| format!(",vt_max_unacked={n}"))
+            .unwrap_or_default()
     )
 }
 
