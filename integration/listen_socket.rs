@@ -211,3 +211,37 @@ async fn shutdown_refuses_new_clients_and_lets_running_commands_finish() {
         "the proxy exits once the command is done"
     );
 }
+
+/// A proxy that cannot listen says so and exits before it touches the backend (no binlog
+/// connection, no table loading).
+#[tokio::test]
+async fn a_proxy_that_cannot_listen_exits_before_touching_the_backend() {
+    let dir = socket_dir();
+    let path = dir.path().join("not-a-socket");
+    std::fs::write(&path, b"keep me").expect("write a regular file");
+    // A backend that refuses connections: touching it would log the failure.
+    let closed = crate::support::process::free_port();
+    let out = std::process::Command::new(crate::support::proxy::binary())
+        .args(["--listen", "127.0.0.1:0", "--listen-socket", &arg(&path)])
+        .args([
+            "--backend",
+            &format!("mysql://root@127.0.0.1:{closed}/test"),
+        ])
+        .env("MSGPROXY_LOG", "debug")
+        .output()
+        .expect("run msgproxy");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot listen") && stderr.contains("is not a socket"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("message tables") && !stderr.contains("binlog"),
+        "it touched the backend before failing to listen:\n{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("the file is still there"),
+        b"keep me"
+    );
+}

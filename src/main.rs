@@ -8,7 +8,7 @@ use tracing::{error, info, warn};
 use msgproxy::backend::Backend;
 use msgproxy::binlog::BinlogWatcher;
 use msgproxy::config::{Cli, Config};
-use msgproxy::frontend::{Context, Server};
+use msgproxy::frontend::{Context, Listeners, Server};
 
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
@@ -45,8 +45,27 @@ async fn run(config: Config) -> std::process::ExitCode {
     let shutdown = CancellationToken::new();
     let backend = config.backend.clone();
     let timeout = config.backend_connect_timeout;
-    let listen = config.listen;
-    let listen_socket = config.listen_socket.clone();
+    let listeners = match Listeners::bind(&config).await {
+        Ok(l) => l,
+        Err(e) => {
+            error!(
+                "cannot listen on {}{}: {e}",
+                config.listen,
+                match &config.listen_socket {
+                    Some(path) => format!(" and {}", path.display()),
+                    None => String::new(),
+                }
+            );
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut local = listeners
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| config.listen.to_string());
+    if let Some(path) = listeners.socket_path() {
+        local = format!("{local} and {}", path.display());
+    }
     let engine = msgproxy::messaging::engine::Engine::start(&backend, shutdown.clone()).await;
     // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
     // and the pollers carry on alone.
@@ -84,26 +103,7 @@ async fn run(config: Config) -> std::process::ExitCode {
             }
         }
     }
-    let server = match Server::bind(ctx).await {
-        Ok(s) => s,
-        Err(e) => {
-            error!(
-                "cannot listen on {listen}{}: {e}",
-                match &listen_socket {
-                    Some(path) => format!(" and {}", path.display()),
-                    None => String::new(),
-                }
-            );
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let mut local = server
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| listen.to_string());
-    if let Some(path) = server.socket_path() {
-        local = format!("{local} and {}", path.display());
-    }
+    let server = Server::new(listeners, ctx);
     match Backend::connect(&backend, timeout).await {
         Ok(b) => {
             info!(

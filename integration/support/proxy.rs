@@ -35,7 +35,7 @@ pub struct Proxy {
 }
 
 /// The binary under test: cargo's build of it, or `MSGPROXY_BIN` (e.g. a release build).
-fn binary() -> std::ffi::OsString {
+pub fn binary() -> std::ffi::OsString {
     std::env::var_os("MSGPROXY_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_msgproxy").into())
 }
 

@@ -113,32 +113,25 @@ enum Accepted {
     Socket(UnixStream),
 }
 
-/// The bound listeners, ready to serve.
-pub struct Server {
-    listener: TcpListener,
+/// Where clients connect: bound first, so that a proxy that cannot listen fails before it
+/// touches the backend.
+pub struct Listeners {
+    tcp: TcpListener,
     socket: Option<unix_socket::SocketListener>,
-    ctx: Arc<Context>,
 }
 
-/// How long busy sessions may take to finish after shutdown begins.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl Server {
-    pub async fn bind(ctx: Context) -> std::io::Result<Server> {
-        let listener = TcpListener::bind(ctx.config.listen).await?;
-        let socket = match &ctx.config.listen_socket {
+impl Listeners {
+    pub async fn bind(config: &crate::config::Config) -> std::io::Result<Listeners> {
+        let tcp = TcpListener::bind(config.listen).await?;
+        let socket = match &config.listen_socket {
             Some(path) => Some(unix_socket::SocketListener::bind(path)?),
             None => None,
         };
-        Ok(Server {
-            listener,
-            socket,
-            ctx: Arc::new(ctx),
-        })
+        Ok(Listeners { tcp, socket })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.tcp.local_addr()
     }
 
     /// The Unix socket clients may also connect to (`--listen-socket`).
@@ -154,8 +147,26 @@ impl Server {
             }
         };
         tokio::select! {
-            r = self.listener.accept() => r.map(|(tcp, addr)| (Accepted::Tcp(tcp), Peer::Tcp(addr))),
+            r = self.tcp.accept() => r.map(|(tcp, addr)| (Accepted::Tcp(tcp), Peer::Tcp(addr))),
             r = socket => r.map(|unix| (Accepted::Socket(unix), Peer::Socket)),
+        }
+    }
+}
+
+/// The listeners and what the sessions share, ready to serve.
+pub struct Server {
+    listeners: Listeners,
+    ctx: Arc<Context>,
+}
+
+/// How long busy sessions may take to finish after shutdown begins.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Server {
+    pub fn new(listeners: Listeners, ctx: Context) -> Server {
+        Server {
+            listeners,
+            ctx: Arc::new(ctx),
         }
     }
 
@@ -166,7 +177,7 @@ impl Server {
         let mut backoff = Duration::from_millis(10);
         loop {
             let accepted = tokio::select! {
-                r = self.accept() => r,
+                r = self.listeners.accept() => r,
                 _ = self.ctx.shutdown.cancelled() => break,
             };
             let (client, peer) = match accepted {
@@ -210,11 +221,8 @@ impl Server {
         }
         // Stop listening at once, as mysqld does: a client arriving during the drain is refused
         // (and the socket file is gone) rather than left waiting in the backlog until exit.
-        let Server {
-            listener, socket, ..
-        } = self;
-        drop(listener);
-        drop(socket);
+        let Server { listeners, .. } = self;
+        drop(listeners);
         tracker.close();
         info!(
             "shutting down: waiting for {} session(s) to finish",
