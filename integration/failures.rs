@@ -289,8 +289,19 @@ async fn connection_limit_answers_1040() {
     let _second = connect_retrying_1040(proxy.port()).await;
     let third = connect(proxy.port()).await;
     assert!(
-        matches!(third, Err(Failure::Server { code: 1040, .. })),
+        matches!(
+            &third,
+            Err(Failure::Server { code: 1040, state, .. }) if state == "08004"
+        ),
         "third connection over a limit of 2: {third:?}"
+    );
+    // The `mariadb` client, which asks for TLS when offered, shows the error itself (QA: it
+    // showed "error packet before completion of TLS handshake" when the 1040 came in place of
+    // the greeting).
+    let cli = crate::support::Cli::new(proxy.port()).run(&["-e", "SELECT 1"]);
+    assert!(
+        cli.stderr.contains("ERROR 1040 (08004)") && cli.stderr.contains("Too many connections"),
+        "{cli:?}"
     );
     first.disconnect().await.expect("COM_QUIT");
     let freed = eventually(5, async || connect(proxy.port()).await.is_ok()).await;

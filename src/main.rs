@@ -66,11 +66,23 @@ async fn run(config: Config) -> std::process::ExitCode {
     if let Some(path) = listeners.socket_path() {
         local = format!("{local} and {}", path.display());
     }
+    // The metrics endpoint is bound now too (served once the engine is up): every address the
+    // proxy answers on is taken before it touches the backend, and when the client port accepts
+    // connections so does the metrics port.
+    let metrics_listener = match config.metrics_listen {
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                error!("cannot serve metrics on {addr}: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let engine = msgproxy::messaging::engine::Engine::start(&backend, shutdown.clone()).await;
     // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
     // and the pollers carry on alone.
     let binlog = BinlogWatcher::start(&backend, engine.clone(), shutdown.clone());
-    let metrics_listen = config.metrics_listen;
     let ctx = match Context::new(config, shutdown.clone(), Some(engine.clone())) {
         Ok(c) => c,
         Err(e) => {
@@ -78,7 +90,7 @@ async fn run(config: Config) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    if let Some(addr) = metrics_listen {
+    if let Some(listener) = metrics_listener {
         let registry = msgproxy::metrics::Registry {
             proxy: ctx.metrics.clone(),
             engine: Some(engine),
@@ -87,21 +99,14 @@ async fn run(config: Config) -> std::process::ExitCode {
                 activity: binlog.activity(),
             }),
         };
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => {
-                let shown = listener.local_addr().unwrap_or(addr);
-                info!("Prometheus metrics at http://{shown}/metrics");
-                tokio::spawn(msgproxy::metrics::http::serve(
-                    listener,
-                    std::sync::Arc::new(registry),
-                    shutdown.clone(),
-                ));
-            }
-            Err(e) => {
-                error!("cannot serve metrics on {addr}: {e}");
-                return std::process::ExitCode::FAILURE;
-            }
+        if let Ok(shown) = listener.local_addr() {
+            info!("Prometheus metrics at http://{shown}/metrics");
         }
+        tokio::spawn(msgproxy::metrics::http::serve(
+            listener,
+            std::sync::Arc::new(registry),
+            shutdown.clone(),
+        ));
     }
     let server = Server::new(listeners, ctx);
     match Backend::connect(&backend, timeout).await {

@@ -68,6 +68,16 @@ for _ in $(seq 1 100); do
 done
 msgproxy_port_in_use "$proxy_port" || msgproxy_die "msgproxy did not listen on $proxy_port; its log: $proxy_log"
 
+# Tests that skip themselves when a timing assumption fails on a loaded machine: the Go suite's
+# context-cancel tests run `INSERT ... SLEEP(1)`, cancel it, wait a second and skip ("[WARN] expected
+# val to be 1") when the INSERT has not finished by then. Which run that hits is chance (it hit the
+# direct run in CI on 2026-12-01), so for the comparison their SKIP counts as PASS; a FAIL still shows.
+timing_skips='TestContextCancelExec|TestContextCancelQuery|TestContextCancelStmtExec|TestContextCancelStmtQuery'
+normalized() {
+    sed -E "s/^SKIP (($timing_skips)(\/.*)?)\$/PASS \1/" "$1" >"$1.cmp"
+    echo "$1.cmp"
+}
+
 differing=()
 for suite in "${suites[@]}"; do
     for port in "$server_port" "$proxy_port"; do
@@ -80,7 +90,7 @@ for suite in "${suites[@]}"; do
     proxied=$DRIVER_SUITES_DIR/results-$suite-127.0.0.1-$proxy_port.txt
     # An empty result file means the suite did not run at all: never a pass.
     [ -s "$direct" ] && [ -s "$proxied" ] || msgproxy_die "$suite wrote no results ($direct, $proxied)"
-    if ! bash scripts/driver-suites/compare.sh "$direct" "$proxied"; then
+    if ! bash scripts/driver-suites/compare.sh "$(normalized "$direct")" "$(normalized "$proxied")"; then
         differing+=("$suite")
     fi
 done
