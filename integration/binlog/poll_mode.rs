@@ -203,3 +203,44 @@ async fn missing_privileges_run_in_poll_mode() {
     assert!(!line.contains("REPLICATION CLIENT ON"), "{line}");
     proxy.assert_alive();
 }
+
+/// `vt_max_unacked` does not hold in poll mode (acks made elsewhere are not seen there), and the
+/// proxy counts nothing as held: a stream gets every message, and the gauge stays at 0 — what
+/// streams hold would otherwise pile up until each ack wait passed.
+#[tokio::test]
+async fn poll_mode_has_no_unacked_limit_and_counts_nothing_held() {
+    let server = MariaDb::start_with(&["--skip-log-bin"]);
+    let db = "binlog_off_max_unacked";
+    fresh_db(&server, db).await;
+    let table_comment = format!("{},vt_max_unacked=3", comment("30", 10, "30"));
+    direct(server.port(), db, &[&create_table("m", &table_comment)]).await;
+    let mport = crate::support::process::free_port();
+    let listen = format!("127.0.0.1:{mport}");
+    let proxy = Proxy::start(&server.url(db), &["--metrics-listen", &listen], None);
+    wait_for_log(&proxy, "poll mode", 15).await;
+    let mut c = Consumer::start(proxy.port(), db, "m");
+    c.wait_open(1, 10).await;
+    let mut p = connect(proxy.port(), "root", None, db).await;
+    let t = Instant::now();
+    p.query_drop(
+        "INSERT INTO m (id, message) VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd'), (5, 'e'), (6, 'f')",
+    )
+    .await
+    .expect("six messages");
+    c.expect(
+        &[1, 2, 3, 4, 5, 6],
+        t,
+        PROMPT,
+        "six messages to one stream, over a limit of 3",
+    )
+    .await;
+    let page = crate::support::metrics::scrape(mport).await;
+    let held = crate::support::metrics::sample(
+        &page,
+        "msgproxy_message_unacked_held",
+        &[("schema", db), ("table", "m")],
+    );
+    assert_eq!(held, Some(0.0), "{page}");
+    let _ = p.disconnect().await;
+    proxy.assert_alive();
+}

@@ -319,7 +319,9 @@ impl TableManager {
     ) {
         let left_out: HashSet<&[u8]> = left_out.iter().map(|k| &k[..]).collect();
         let (now, horizon) = self.now_and_horizon();
-        let limited = self.definition().options.max_unacked.is_some();
+        // Only while the limit holds: in poll mode acks are not seen, and what streams hold
+        // would pile up until each ack wait passed (a minute's deliveries, at a high rate).
+        let limited = self.unacked_limit().is_some();
         let mut state = self.lock();
         for e in batch {
             state.in_flight.remove(&e.key);
