@@ -34,6 +34,21 @@ fn arg(path: &Path) -> String {
     path.display().to_string()
 }
 
+/// Asks the proxy to stop cleanly, as an operator would.
+fn sigterm(proxy: &Proxy) {
+    let pid = proxy.pid().expect("a process") as i32;
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+}
+
+/// Waits up to 15 s for `done`, checking every 20 ms.
+async fn wait_until(done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !done() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_client_on_the_socket_gets_queries_streams_and_acks() {
     let dir = socket_dir();
@@ -149,13 +164,8 @@ async fn mysql_async_moves_onto_the_proxys_socket_and_users_are_at_localhost() {
     assert!(out.success(), "{out:?}\n{}", proxy.log());
 
     // Stopped cleanly, it removes the file.
-    let pid = proxy.pid().expect("a process") as i32;
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while proxy.is_alive() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    sigterm(&proxy);
+    wait_until(|| !proxy.is_alive()).await;
     assert!(!proxy.is_alive(), "SIGTERM stops the proxy");
     assert!(!path.exists(), "a clean stop removes the socket file");
 }
@@ -177,13 +187,8 @@ async fn shutdown_refuses_new_clients_and_lets_running_commands_finish() {
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let pid = proxy.pid().expect("a process") as i32;
-    // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while path.exists() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    sigterm(&proxy);
+    wait_until(|| !path.exists()).await;
     assert!(
         !path.exists(),
         "the socket file is removed when shutdown begins"
@@ -202,10 +207,7 @@ async fn shutdown_refuses_new_clients_and_lets_running_commands_finish() {
         "\n{}",
         proxy.log()
     );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while proxy.is_alive() && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(|| !proxy.is_alive()).await;
     assert!(
         !proxy.is_alive(),
         "the proxy exits once the command is done"

@@ -264,7 +264,7 @@ async fn refuse_too_many<S: AsyncRead + AsyncWrite + Unpin>(client: S, max: usiz
             | CapabilityFlags::CLIENT_SECURE_CONNECTION
             | CapabilityFlags::CLIENT_PLUGIN_AUTH,
         collation: 45, // utf8mb4_general_ci
-        status: 2,     // SERVER_STATUS_AUTOCOMMIT
+        status: mysql_common::constants::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
         auth_plugin: NATIVE_PASSWORD,
         mariadb_capabilities: 0,
     };

@@ -491,16 +491,14 @@ impl TableManager {
     /// When the earliest scheduled entry becomes due, as an `Instant`.
     fn next_scheduled(&self) -> Option<Instant> {
         let at = self.lock().schedule.next_time()?;
-        let wait_ns = at.saturating_sub(state::now_ns()).max(0) as u64;
-        Some(Instant::now() + std::time::Duration::from_nanos(wait_ns))
+        Some(instant_at(at))
     }
 
     /// When the first message a stream holds stops counting against `vt_max_unacked` (its ack
     /// wait passes), as an `Instant`: a stream at its limit may then get more.
     fn next_release(&self) -> Option<Instant> {
         let at = self.lock().unacked.next_deadline()?;
-        let wait_ns = at.saturating_sub(state::now_ns()).max(0) as u64;
-        Some(Instant::now() + std::time::Duration::from_nanos(wait_ns))
+        Some(instant_at(at))
     }
 
     /// `vt_max_unacked`, while it can hold: only while the binlog is followed are the acks seen
@@ -666,6 +664,12 @@ impl TableManager {
             Err(e) => self.purge_failures.failed(job, e),
         }
     }
+}
+
+/// The `Instant` of a moment in Unix nanoseconds (now, if it has passed).
+fn instant_at(unix_ns: i64) -> Instant {
+    let wait_ns = unix_ns.saturating_sub(state::now_ns()).max(0) as u64;
+    Instant::now() + std::time::Duration::from_nanos(wait_ns)
 }
 
 /// The table was dropped (error 1146): nothing to warn about, the engine's reload (at once

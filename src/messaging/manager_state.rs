@@ -47,8 +47,8 @@ pub(super) struct State {
     /// binlog before the engine commit), and the claim's `SKIP LOCKED` then passes it over; it
     /// is offered again after [`SKIPPED_RETRY`] delays, then left to the poller.
     pub(super) skipped: HashMap<Box<[u8]>, usize>,
-    /// The messages each stream holds, sent and not yet acked, when the table has
-    /// `vt_max_unacked` (otherwise nothing is recorded).
+    /// The messages each stream holds, sent and not yet acked, while the table's
+    /// `vt_max_unacked` holds (otherwise nothing is recorded).
     pub(super) unacked: Unacked,
 }
 
