@@ -109,6 +109,72 @@ async fn tls_required_refuses_plaintext_clients() {
     proxy.assert_alive();
 }
 
+/// The proxy's refusals at connect — its backend out of reach (1429), its client limit reached
+/// (1040) — come after a greeting that offers TLS, so a client that asks for TLS gets them over
+/// TLS, with their SQLSTATE, rather than "error packet before completion of TLS handshake".
+#[tokio::test]
+async fn refusals_at_connect_reach_a_client_that_asks_for_tls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = self_signed(dir.path());
+    let dead = crate::support::process::free_port();
+    let unreachable = Proxy::start(
+        &format!("mysql://root@127.0.0.1:{dead}/test"),
+        &[],
+        Some(&config(&cert, &key, false)),
+    );
+    let refused = Cli::new(unreachable.port())
+        .user("it_app", Some("secret"))
+        .run(&["--ssl", "-e", "SELECT 1"]);
+    assert!(
+        refused
+            .stderr
+            .contains("ERROR 1429 (08004): msgproxy cannot reach its backend MySQL server"),
+        "{refused:?}"
+    );
+    unreachable.assert_alive();
+
+    let server = MariaDb::shared();
+    let full = Proxy::start(
+        &server.backend_url(),
+        &["--max-connections", "1"],
+        Some(&config(&cert, &key, false)),
+    );
+    let _holder = hold_the_only_slot(full.port());
+    let over = Cli::new(full.port())
+        .user("it_app", Some("secret"))
+        .run(&["--ssl", "-e", "SELECT 1"]);
+    assert!(
+        over.stderr
+            .contains("ERROR 1040 (08004): Too many connections"),
+        "{over:?}"
+    );
+    full.assert_alive();
+}
+
+/// A connection that never logs in, and so holds a slot until its handshake times out. Tried
+/// until its greeting is a real one (a backend's connection id, not the refusal's 0): the
+/// readiness probe of `Proxy::start` may hold the slot for a moment.
+fn hold_the_only_slot(port: u16) -> std::net::TcpStream {
+    use std::io::Read;
+    for _ in 0..50 {
+        let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let mut greeting = [0u8; 128];
+        let n = tcp.read(&mut greeting).expect("read the greeting");
+        // Header (4 bytes), protocol version (1), the version string up to its NUL, then the
+        // connection id (4 bytes, little-endian).
+        let id_at = greeting[5..n]
+            .iter()
+            .position(|&b| b == 0)
+            .map(|nul| 5 + nul + 1);
+        let id = id_at.and_then(|at| greeting.get(at..at + 4));
+        if id.is_some_and(|id| id != [0, 0, 0, 0]) {
+            return tcp;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("no slot came free on the proxy at port {port}");
+}
+
 /// A client may send its TLS ClientHello in the same segment as the SSL request packet (mysqlnd
 /// sometimes does): the bytes after the request belong to the TLS handshake.
 #[tokio::test]

@@ -27,7 +27,6 @@ pub async fn serve<S>(ctx: Arc<Context>, stream: S, peer: Peer)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut client = PacketReader::new(stream);
     // The backend connection comes first so the client's connection id can be the backend's
     // thread id: CONNECTION_ID(), the process list and KILL then agree without translation.
     let backend = match Backend::connect(&ctx.config.backend, ctx.config.backend_connect_timeout)
@@ -39,7 +38,7 @@ where
                 .backend_error(crate::metrics::BackendErrorKind::Connect);
             tracing::warn!(%peer, "refusing client: {e}");
             let err = match e {
-                crate::backend::BackendError::Refused(err) => err,
+                crate::backend::BackendError::Refused(err) => with_connect_sql_state(err),
                 // Never a client-range code such as CR_CONN_HOST_ERROR (2003): libmariadb
                 // clients would show "malformed packet" instead of this message (commands.rs).
                 other => ErrorPacket::new(
@@ -48,18 +47,27 @@ where
                     format!("msgproxy cannot reach its backend MySQL server ({}): {other}; retry when it is back", ctx.config.backend.address()),
                 ),
             };
-            let _ = write_packet(client.get_mut(), 0, &err.encode(false)).await;
+            super::refusal::refuse(stream, ctx.tls.clone(), err).await;
             return;
         }
     };
     let handshake_timeout = ctx.config.handshake_timeout;
-    let login = connection_phase(ctx.clone(), client, backend, peer);
+    let login = connection_phase(ctx.clone(), PacketReader::new(stream), backend, peer);
     match tokio::time::timeout(handshake_timeout, login).await {
         Ok(Ok(Some(session))) => session.run_boxed().await,
         Ok(Ok(None)) => {}
         Ok(Err(e)) => debug!(%peer, "handshake failed: {e}"),
         Err(_) => debug!(%peer, "handshake timed out"),
     }
+}
+
+/// The backend's own refusal at connect (sent in place of its greeting, so without a SQLSTATE),
+/// with the SQLSTATE the server gives that error once the protocol has one to give.
+fn with_connect_sql_state(mut err: ErrorPacket) -> ErrorPacket {
+    if err.code == ER_CON_COUNT_ERROR {
+        err.sql_state = *b"08004";
+    }
+    err
 }
 
 /// A session ready to run, whatever stream the client ended up on.

@@ -6,6 +6,7 @@ mod interrupts;
 mod login;
 mod messages;
 mod ops;
+mod refusal;
 mod session;
 pub mod tls;
 mod unix_socket;
@@ -14,7 +15,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +23,6 @@ use tracing::{info, warn};
 
 use crate::config::{Config, Secret, User};
 use crate::protocol::commands::ER_CON_COUNT_ERROR;
-use crate::protocol::packet::write_packet;
 use crate::protocol::wire::ErrorPacket;
 
 pub use login::VERSION_SUFFIX;
@@ -211,10 +210,11 @@ impl Server {
                 }
                 Err(_) => {
                     self.ctx.metrics.connection_refused();
-                    let max = self.ctx.config.max_connections;
+                    let err = too_many_connections(self.ctx.config.max_connections);
+                    let tls = self.ctx.tls.clone();
                     match client {
-                        Accepted::Tcp(tcp) => tracker.spawn(refuse_too_many(tcp, max)),
-                        Accepted::Socket(unix) => tracker.spawn(refuse_too_many(unix, max)),
+                        Accepted::Tcp(tcp) => tracker.spawn(refusal::refuse(tcp, tls, err)),
+                        Accepted::Socket(unix) => tracker.spawn(refusal::refuse(unix, tls, err)),
                     };
                 }
             }
@@ -237,51 +237,12 @@ impl Server {
     }
 }
 
-/// How long a refused client has to send its login before the connection is simply closed.
-const REFUSAL_LOGIN_WAIT: Duration = Duration::from_secs(2);
-
-/// Answers a client over `--max-connections` with 1040, as the server answers an ordinary user
-/// over its `max_connections`: a greeting, then the error (SQLSTATE 08004) in reply to the
-/// login. Sent in place of the greeting, the error reached libmariadb clients that want TLS (the
-/// `mariadb` client by default) as "error packet before completion of TLS handshake". The
-/// greeting offers no TLS, so the login comes in plain text; no backend connection is opened.
-async fn refuse_too_many<S: AsyncRead + AsyncWrite + Unpin>(client: S, max: usize) {
-    use crate::protocol::handshake::{Greeting, NATIVE_PASSWORD};
-    use mysql_common::constants::CapabilityFlags;
-    let err = ErrorPacket::new(
+/// The error of a client over `--max-connections`, as the server's for an ordinary user over
+/// its `max_connections`.
+fn too_many_connections(max: usize) -> ErrorPacket {
+    ErrorPacket::new(
         ER_CON_COUNT_ERROR,
         "08004",
         format!("Too many connections: msgproxy serves at most {max} clients (--max-connections)"),
-    );
-    let mut version = b"5.5.5".to_vec();
-    version.extend_from_slice(login::VERSION_SUFFIX);
-    let greeting = Greeting {
-        server_version: &version,
-        connection_id: 0,
-        nonce: &crate::protocol::auth::new_nonce(),
-        capabilities: CapabilityFlags::CLIENT_LONG_PASSWORD
-            | CapabilityFlags::CLIENT_PROTOCOL_41
-            | CapabilityFlags::CLIENT_SECURE_CONNECTION
-            | CapabilityFlags::CLIENT_PLUGIN_AUTH,
-        collation: 45, // utf8mb4_general_ci
-        status: mysql_common::constants::StatusFlags::SERVER_STATUS_AUTOCOMMIT.bits(),
-        auth_plugin: NATIVE_PASSWORD,
-        mariadb_capabilities: 0,
-    };
-    let mut client = crate::protocol::packet::PacketReader::new(client);
-    if write_packet(client.get_mut(), 0, &greeting.encode())
-        .await
-        .is_err()
-    {
-        return;
-    }
-    let login = tokio::time::timeout(REFUSAL_LOGIN_WAIT, client.next_logical_packet(1 << 16));
-    if let Ok(Ok(login)) = login.await {
-        let _ = write_packet(
-            client.get_mut(),
-            login.seq.wrapping_add(1),
-            &err.encode(true),
-        )
-        .await;
-    }
+    )
 }
