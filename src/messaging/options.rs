@@ -72,6 +72,9 @@ pub enum OptionsError {
     /// A count option that is not a whole number >= 1.
     #[error("{option} must be a whole number >= 1, not '{value}'")]
     BadCount { option: &'static str, value: String },
+    /// A count option too large to hold (more than `usize::MAX`).
+    #[error("{option} is too large: '{value}' (at most {max})", max = usize::MAX)]
+    CountTooLarge { option: &'static str, value: String },
     /// `vt_max_backoff` set below `vt_min_backoff`.
     #[error(
         "vt_max_backoff ({max}s) must be >= vt_min_backoff ({min}s{defaulted}), or 0 for no cap",
@@ -224,12 +227,14 @@ fn parse_positive_seconds(option: &'static str, text: &str) -> Result<Duration, 
 
 /// A whole number >= 1.
 fn parse_count(option: &'static str, text: &str) -> Result<usize, OptionsError> {
+    let value = text.to_string();
     match text.parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => Err(OptionsError::BadCount {
-            option,
-            value: text.to_string(),
-        }),
+        // All digits, yet no usize: a whole number, just too large to mean anything here.
+        Err(e) if *e.kind() == std::num::IntErrorKind::PosOverflow => {
+            Err(OptionsError::CountTooLarge { option, value })
+        }
+        _ => Err(OptionsError::BadCount { option, value }),
     }
 }
 
@@ -360,6 +365,12 @@ mod tests {
                 "{bad}"
             );
         }
+        let huge = "99999999999999999999999";
+        let err = parse_comment(&format!("{BASE},vt_max_unacked={huge}")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("vt_max_unacked is too large: '{huge}' (at most 18446744073709551615)")
+        );
     }
 
     #[test]
