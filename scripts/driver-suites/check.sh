@@ -15,7 +15,8 @@
 # same scenarios (clients/CHECKS.md); their messaging checks skip themselves against the server, and that SKIP
 # counts as the PASS msgproxy must give.
 # The suites and their tools are installed on first use (Debian packages, PyPI) under
-# $DRIVER_SUITES_DIR, default target/driver-suites. About two minutes once installed.
+# $DRIVER_SUITES_DIR, default target/driver-suites. About two and a half minutes once installed.
+# DRIVER_SUITES_PORT (default 33306) is where the search for two free ports (server, proxy) starts.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh

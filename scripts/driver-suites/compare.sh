@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compare two per-test result files written by go-driver.sh / mysqlclient.sh
+# Compare two per-test result files written by the suite scripts (go-driver.sh, mysqlclient.sh, ...)
 # (lines "PASS|FAIL|SKIP <test name>"), e.g. a direct run and a through-proxy run.
 #
 # Usage: scripts/driver-suites/compare.sh A.txt B.txt

@@ -7,7 +7,7 @@
 # Usage: scripts/driver-suites/connector-j.sh HOST PORT
 #
 # Set up (Maven Central is not used: Connector/J comes from Debian):
-#   - apt: libmariadb-java (pinned to $CONNECTOR_J_VERSION; the jar is
+#   - apt: libmariadb-java (the distribution's version, logged; the jar is
 #     /usr/share/java/mariadb-java-client.jar), default-jdk-headless when javac is missing,
 #     mariadb-client (to create the database).
 #   - the program is compiled with javac into ${DRIVER_SUITES_DIR:-/work/driver-suites}/connector-j/classes,
@@ -18,8 +18,7 @@
 #                then the program's own outcome lines with their reasons)
 #   - per check: $DIR/results-connector-j-HOST-PORT.txt ("PASS|FAIL|SKIP <name>", sorted)
 #   - stdout:    SUMMARY suite=connector-j passed=N failed=N skipped=N
-# Env knobs: CONNECTOR_J_VERSION (Debian version of libmariadb-java, default 2.7.6-1),
-#            CONNECTOR_J_TIMEOUT (seconds for the whole program, default 180).
+# Env knobs: CONNECTOR_J_TIMEOUT (seconds for the whole program, default 180).
 # Exit status: 0 when the program ran to its end (whatever the outcomes), 2 on setup errors or when
 # it did not.
 set -euo pipefail
@@ -33,7 +32,6 @@ fi
 HOST=$1
 PORT=$2
 DIR=${DRIVER_SUITES_DIR:-/work/driver-suites}
-VERSION=${CONNECTOR_J_VERSION:-2.7.6-1}
 SUITE=connector-j
 DBNAME=client_checks
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/clients/ConnectorJChecks.java
@@ -41,16 +39,17 @@ JAR=/usr/share/java/mariadb-java-client.jar
 CLASSES=$DIR/$SUITE/classes
 mkdir -p "$CLASSES"
 
+# Whatever version the distribution has (2.7.6 on Debian 12): a pinned one would fail to install
+# after a point release, or on another release. The log records the one that ran.
 need_pkgs=()
-if [ "$(dpkg-query -W -f='${Version}' libmariadb-java 2>/dev/null || true)" != "$VERSION" ]; then
-  need_pkgs+=("libmariadb-java=$VERSION")
-fi
+dpkg -s libmariadb-java >/dev/null 2>&1 || need_pkgs+=(libmariadb-java)
 command -v javac >/dev/null 2>&1 || need_pkgs+=(default-jdk-headless)
 command -v mariadb >/dev/null 2>&1 || need_pkgs+=(mariadb-client)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   msgproxy_apt_install "${need_pkgs[@]}" >&2
 fi
 [ -f "$JAR" ] || { echo "error: $JAR not found after installing libmariadb-java" >&2; exit 2; }
+echo "Connector/J: libmariadb-java $(dpkg-query -W -f='${Version}' libmariadb-java)" >&2
 
 CLASS=$CLASSES/ConnectorJChecks.class
 if [ ! -f "$CLASS" ] || [ "$SRC" -nt "$CLASS" ] || [ "$JAR" -nt "$CLASS" ]; then

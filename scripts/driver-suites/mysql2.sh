@@ -37,11 +37,13 @@ PREFIX=$DIR/mysql2
 PROGRAM=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/clients/mysql2_checks.js
 mkdir -p "$PREFIX"
 
-need_pkgs=()
-command -v node >/dev/null 2>&1 || need_pkgs+=(nodejs)
-command -v npm >/dev/null 2>&1 || need_pkgs+=(npm)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-  msgproxy_apt_install "${need_pkgs[@]}" >&2
+# Debian's nodejs and npm only when there is no node at all: Debian's npm beside a node from
+# elsewhere (NodeSource ships its own npm) would pull in Debian's nodejs and conflict with it.
+if ! command -v node >/dev/null 2>&1; then
+  msgproxy_apt_install nodejs npm >&2
+elif ! command -v npm >/dev/null 2>&1; then
+  echo "error: node is installed but npm is not; install the npm that goes with this node" >&2
+  exit 2
 fi
 
 export NODE_PATH=$PREFIX/node_modules
@@ -78,6 +80,10 @@ timeout "${MYSQL2_TIMEOUT:-180}" node "$PROGRAM" "$HOST" "$PORT" >"$OUT" 2>"$LOG
 
 # "FAIL name: why" -> "FAIL name": the outcome and the name are what gets compared.
 grep -E '^(PASS|FAIL|SKIP) ' "$OUT" | sed -E 's/^((PASS|FAIL|SKIP) [^ :]+)(: .*)?$/\1/' | sort -k2 >"$RES" || true
+if [ "$rc" -ne 0 ]; then
+  # A crash or a hang is an outcome too: it must show in the comparison, never pass silently.
+  echo "FAIL mysql2/program: exited with status $rc (see $LOG)" >>"$RES"
+fi
 
 passed=$(grep -c '^PASS ' "$RES" || true)
 failed=$(grep -c '^FAIL ' "$RES" || true)

@@ -47,7 +47,7 @@ where
                     format!("msgproxy cannot reach its backend MySQL server ({}): {other}; retry when it is back", ctx.config.backend.address()),
                 ),
             };
-            super::refusal::refuse(stream, ctx.tls.clone(), err).await;
+            ctx.refusals.clone().refuse(stream, err).await;
             return;
         }
     };

@@ -41,6 +41,8 @@ pub struct Context {
     pub streams: Arc<interrupts::RunningStreams>,
     /// What `@@socket` reads as through the proxy (`sql::socket_literal`).
     pub socket_literal: Vec<u8>,
+    /// How clients are turned away at connect (1040, 1429).
+    pub refusals: refusal::Refusals,
     implicit_root: User,
 }
 
@@ -52,7 +54,10 @@ impl Context {
     ) -> Result<Context, tls::TlsSetupError> {
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         let socket_literal = crate::sql::socket_literal(config.listen_socket.as_deref());
+        let refusals =
+            refusal::Refusals::new(tls.clone(), config.handshake_timeout, refusal::MAX_GREETING);
         Ok(Context {
+            refusals,
             socket_literal,
             config,
             tls,
@@ -211,10 +216,10 @@ impl Server {
                 Err(_) => {
                     self.ctx.metrics.connection_refused();
                     let err = too_many_connections(self.ctx.config.max_connections);
-                    let tls = self.ctx.tls.clone();
+                    let refusals = self.ctx.refusals.clone();
                     match client {
-                        Accepted::Tcp(tcp) => tracker.spawn(refusal::refuse(tcp, tls, err)),
-                        Accepted::Socket(unix) => tracker.spawn(refusal::refuse(unix, tls, err)),
+                        Accepted::Tcp(tcp) => tracker.spawn(refusals.refuse(tcp, err)),
+                        Accepted::Socket(unix) => tracker.spawn(refusals.refuse(unix, err)),
                     };
                 }
             }

@@ -6,12 +6,15 @@
 //! libmariadb clients that want TLS (the `mariadb` client by default) showed it wrapped in
 //! "Received error packet before completion of TLS handshake". The greeting is the proxy's own
 //! (no backend is asked), and it offers TLS when the proxy has a certificate, so that a client
-//! that insists on TLS also gets the error rather than "server does not support TLS".
+//! that insists on TLS also gets the error rather than "server does not support TLS". At most
+//! [`MAX_GREETING`] refusals greet at once; past that the error comes in place of the greeting.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use mysql_common::constants::{CapabilityFlags, StatusFlags};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use super::login::VERSION_SUFFIX;
@@ -20,20 +23,50 @@ use crate::protocol::handshake::{ssl_request_capabilities, Greeting, NATIVE_PASS
 use crate::protocol::packet::{write_packet, PacketReader};
 use crate::protocol::wire::ErrorPacket;
 
-/// How long a refused client has, from its greeting, to log in (TLS upgrade included) before
-/// its connection is simply closed: a flood of refused clients holds nothing for long.
-const REFUSAL_WAIT: Duration = Duration::from_secs(3);
+/// Most refusals greeting their clients at once. A refusal is wanted when the proxy is already
+/// overloaded, and clients retrying in a loop would have it spend its CPU on greetings and TLS
+/// handshakes: past this many, a client gets the error in place of the greeting and the
+/// connection closes at once, as the server does past its one extra connection for a SUPER user.
+pub const MAX_GREETING: usize = 32;
 
 /// Largest login a refused client may send (a real one is a few hundred bytes).
 const MAX_LOGIN: usize = 1 << 16;
 
-/// Greets the client, takes its login (over TLS if it asks and `tls` is there), and answers it
-/// with `err`. Whatever goes wrong with the client meanwhile just ends the connection.
-pub async fn refuse<S>(client: S, tls: Option<TlsAcceptor>, err: ErrorPacket)
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let _ = tokio::time::timeout(REFUSAL_WAIT, greet_then_refuse(client, tls, &err)).await;
+/// How the proxy turns clients away; cheap to clone, one per proxy.
+#[derive(Clone)]
+pub struct Refusals {
+    tls: Option<TlsAcceptor>,
+    /// How long a refused client has, from its greeting, to log in (TLS included): the
+    /// `handshake_timeout` an admitted client has.
+    wait: Duration,
+    greeting: Arc<Semaphore>,
+}
+
+impl Refusals {
+    pub fn new(tls: Option<TlsAcceptor>, wait: Duration, max_greeting: usize) -> Refusals {
+        Refusals {
+            tls,
+            wait,
+            greeting: Arc::new(Semaphore::new(max_greeting)),
+        }
+    }
+
+    /// Greets the client, takes its login (over TLS if it asks and the proxy has a
+    /// certificate), and answers it with `err`; past [`MAX_GREETING`] refusals at once, sends
+    /// `err` in place of the greeting. Whatever goes wrong with the client just ends the
+    /// connection.
+    pub async fn refuse<S>(self, mut client: S, err: ErrorPacket)
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let Ok(_greeting) = self.greeting.try_acquire_owned() else {
+            // Before any greeting the protocol has no SQLSTATE to give.
+            let _ = write_packet(&mut client, 0, &err.encode(false)).await;
+            return;
+        };
+        let refusal = greet_then_refuse(client, self.tls, &err);
+        let _ = tokio::time::timeout(self.wait, refusal).await;
+    }
 }
 
 async fn greet_then_refuse<S>(
@@ -63,10 +96,9 @@ where
             // close_notify, so the client reads the error rather than a truncated TLS stream.
             client.get_mut().shutdown().await
         }
-        // A TLS request the greeting did not invite (no certificate): the client cannot read
-        // anything but TLS from here on, so the connection just ends, as the server ends it.
-        (Some(_), None) => Ok(()),
-        (None, _) => write_packet(client.get_mut(), reply_seq, &err.encode(true))
+        // Anything else, a TLS request the greeting did not invite (no certificate) included,
+        // is answered in plain text, as the server answers that one (with 1043).
+        _ => write_packet(client.get_mut(), reply_seq, &err.encode(true))
             .await
             .map(drop),
     }
@@ -99,6 +131,36 @@ fn greeting(offer_tls: bool) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::protocol::handshake::BackendGreeting;
+    use tokio::io::{duplex, AsyncReadExt, DuplexStream};
+
+    fn err() -> ErrorPacket {
+        ErrorPacket::new(1040, "08004", "Too many connections")
+    }
+
+    async fn read_packet(client: &mut DuplexStream) -> (u8, Vec<u8>) {
+        let mut header = [0u8; 4];
+        client.read_exact(&mut header).await.expect("a header");
+        let len = u32::from_le_bytes([header[0], header[1], header[2], 0]) as usize;
+        let mut payload = vec![0u8; len];
+        client.read_exact(&mut payload).await.expect("a payload");
+        (header[3], payload)
+    }
+
+    async fn send_packet(client: &mut DuplexStream, seq: u8, payload: &[u8]) {
+        write_packet(client, seq, payload).await.expect("send");
+    }
+
+    /// An SSL request: the 32 bytes a client sends before its TLS handshake.
+    fn ssl_request() -> Vec<u8> {
+        let caps = CapabilityFlags::CLIENT_PROTOCOL_41
+            | CapabilityFlags::CLIENT_SSL
+            | CapabilityFlags::CLIENT_SECURE_CONNECTION;
+        let mut p = caps.bits().to_le_bytes().to_vec();
+        p.extend_from_slice(&(16u32 << 20).to_le_bytes());
+        p.push(45);
+        p.extend_from_slice(&[0; 23]);
+        p
+    }
 
     #[test]
     fn the_greeting_offers_tls_only_when_it_can_be_given() {
@@ -113,5 +175,53 @@ mod tests {
                 .contains(CapabilityFlags::CLIENT_PROTOCOL_41));
             assert!(parsed.server_version.ends_with(VERSION_SUFFIX));
         }
+    }
+
+    #[tokio::test]
+    async fn the_error_answers_the_login_with_its_sql_state() {
+        let refusals = Refusals::new(None, Duration::from_secs(5), 4);
+        for first in [vec![0x8d; 40], ssl_request()] {
+            let (mut client, proxy) = duplex(1 << 16);
+            let refusal = tokio::spawn(refusals.clone().refuse(proxy, err()));
+            let (seq, greeting) = read_packet(&mut client).await;
+            assert_eq!((seq, greeting[0]), (0, 10), "a protocol-10 greeting first");
+            // A login, or a TLS request though TLS was not offered: either way the error comes
+            // in plain text, after the packet, with its SQLSTATE.
+            send_packet(&mut client, 1, &first).await;
+            let (seq, reply) = read_packet(&mut client).await;
+            assert_eq!(seq, 2);
+            assert_eq!(reply, err().encode(true).to_vec());
+            refusal.await.expect("the refusal ends");
+        }
+    }
+
+    #[tokio::test]
+    async fn past_the_limit_the_error_comes_in_place_of_the_greeting() {
+        let refusals = Refusals::new(None, Duration::from_secs(30), 1);
+        // The one greeting refusal waits for a login that does not come.
+        let (mut silent, proxy) = duplex(1 << 16);
+        let waiting = tokio::spawn(refusals.clone().refuse(proxy, err()));
+        let (seq, _) = read_packet(&mut silent).await;
+        assert_eq!(seq, 0);
+        let (mut next, proxy) = duplex(1 << 16);
+        refusals.clone().refuse(proxy, err()).await;
+        let (seq, reply) = read_packet(&mut next).await;
+        assert_eq!(seq, 0);
+        assert_eq!(
+            reply,
+            err().encode(false).to_vec(),
+            "no SQLSTATE before a greeting"
+        );
+        // Once the first is done, greetings come again.
+        drop(silent);
+        waiting
+            .await
+            .expect("the refusal ends when its client goes");
+        let (mut later, proxy) = duplex(1 << 16);
+        let refusal = tokio::spawn(refusals.clone().refuse(proxy, err()));
+        let (seq, greeting) = read_packet(&mut later).await;
+        assert_eq!((seq, greeting[0]), (0, 10));
+        drop(later);
+        refusal.await.expect("the refusal ends");
     }
 }
