@@ -19,11 +19,13 @@
 #   - per check: $DIR/results-connector-j-HOST-PORT.txt ("PASS|FAIL|SKIP <name>", sorted)
 #   - stdout:    SUMMARY suite=connector-j passed=N failed=N skipped=N
 # Env knobs: CONNECTOR_J_TIMEOUT (seconds for the whole program, default 180).
-# Exit status: 0 when the program ran to its end (whatever the outcomes), 2 on setup errors or when
-# it did not.
+# Exit status: 0 when the summary was produced (whatever the counts; a program that did not end
+# well adds "FAIL connector-j/program"), 2 on setup errors or when it reported no check.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+# shellcheck source=scripts/driver-suites/clients/report.sh
+. "$(dirname "${BASH_SOURCE[0]}")/clients/report.sh"
 
 if [ $# -ne 2 ]; then
   echo "usage: $0 HOST PORT" >&2
@@ -79,17 +81,4 @@ timeout "${CONNECTOR_J_TIMEOUT:-180}" java -Duser.timezone=UTC -Dfile.encoding=U
   cat "$OUT"
 } >>"$LOG"
 
-# The results file holds the outcome and the name only: a FAIL's or SKIP's reason (after ": ")
-# stays in the log, so that compare.sh matches checks by name.
-grep -E '^(PASS|FAIL|SKIP) ' "$OUT" | sed -E 's/^((PASS|FAIL|SKIP) [^ :]+)(: .*)?$/\1/' | LC_ALL=C sort >"$RES" || true
-
-passed=$(grep -c '^PASS ' "$RES" || true)
-failed=$(grep -c '^FAIL ' "$RES" || true)
-skipped=$(grep -c '^SKIP ' "$RES" || true)
-grep -E '^FAIL ' "$OUT" >&2 || true
-echo "connector-j exit=$rc log=$LOG results=$RES" >&2
-echo "SUMMARY suite=$SUITE passed=$passed failed=$failed skipped=$skipped"
-if [ "$rc" -ne 0 ]; then
-  echo "error: ConnectorJChecks did not run to its end (exit $rc); see $LOG" >&2
-  exit 2
-fi
+client_checks_report "$SUITE" "$OUT" "$RES" "$LOG" "$rc" || exit 2

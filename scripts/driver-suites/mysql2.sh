@@ -23,6 +23,8 @@
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+# shellcheck source=scripts/driver-suites/clients/report.sh
+. "$(dirname "${BASH_SOURCE[0]}")/clients/report.sh"
 
 if [ $# -ne 2 ]; then
   echo "usage: $0 HOST PORT" >&2
@@ -78,20 +80,4 @@ RES=$DIR/results-$SUITE-$HOST-$PORT.txt
 rc=0
 timeout "${MYSQL2_TIMEOUT:-180}" node "$PROGRAM" "$HOST" "$PORT" >"$OUT" 2>"$LOG" || rc=$?
 
-# "FAIL name: why" -> "FAIL name": the outcome and the name are what gets compared.
-grep -E '^(PASS|FAIL|SKIP) ' "$OUT" | sed -E 's/^((PASS|FAIL|SKIP) [^ :]+)(: .*)?$/\1/' | sort -k2 >"$RES" || true
-if [ "$rc" -ne 0 ]; then
-  # A crash or a hang is an outcome too: it must show in the comparison, never pass silently.
-  echo "FAIL mysql2/program: exited with status $rc (see $LOG)" >>"$RES"
-fi
-
-passed=$(grep -c '^PASS ' "$RES" || true)
-failed=$(grep -c '^FAIL ' "$RES" || true)
-skipped=$(grep -c '^SKIP ' "$RES" || true)
-grep -E '^FAIL ' "$OUT" >&2 || true
-echo "program exit=$rc log=$LOG results=$RES" >&2
-echo "SUMMARY suite=$SUITE passed=$passed failed=$failed skipped=$skipped"
-if [ ! -s "$RES" ]; then
-  echo "error: $PROGRAM reported no checks (exit $rc); see $LOG" >&2
-  exit 2
-fi
+client_checks_report "$SUITE" "$OUT" "$RES" "$LOG" "$rc" || exit 2

@@ -12,13 +12,17 @@
 #   - database client_checks, created on HOST:PORT if missing.
 # Output:
 #   - raw log:   $DIR/log-pymysql-HOST-PORT.txt (the program's stderr: what each check observed)
-#   - per check: $DIR/results-pymysql-HOST-PORT.txt ("PASS|FAIL|SKIP <name>[: why]", sorted)
+#   - per check: $DIR/results-pymysql-HOST-PORT.txt ("PASS|FAIL|SKIP <name>", sorted; the
+#                reasons are in $DIR/out-pymysql-HOST-PORT.txt)
 #   - stdout:    SUMMARY suite=pymysql passed=N failed=N skipped=N
 # Env knobs: PYMYSQL_VERSION (default 1.2.4).
-# Exit status: 0 when the summary was produced (whatever the counts), 2 on setup errors.
+# Exit status: 0 when the summary was produced (whatever the counts; a program that did not end
+# well adds "FAIL pymysql/program"), 2 on setup errors or when it reported no check.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+# shellcheck source=scripts/driver-suites/clients/report.sh
+. "$(dirname "${BASH_SOURCE[0]}")/clients/report.sh"
 
 if [ $# -ne 2 ]; then
   echo "usage: $0 HOST PORT" >&2
@@ -63,22 +67,4 @@ rc=0
 # only a backstop against a hang (then the checks it did not reach show as MISSING in compare.sh).
 timeout -k 10 300 "$VENV/bin/python" "$PROGRAM" "$HOST" "$PORT" >"$OUT" 2>"$LOG" || rc=$?
 
-# "FAIL name: why" -> "FAIL name": the outcome and the name are what gets compared (a reason may
-# hold a value that varies from run to run); the reasons stay in $OUT.
-grep -E '^(PASS|FAIL|SKIP) ' "$OUT" | sed -E 's/^((PASS|FAIL|SKIP) [^ :]+)(: .*)?$/\1/' | LC_ALL=C sort >"$RES" || true
-if [ "$rc" -ne 0 ]; then
-  # A crash or a hang is an outcome too: it must show in the comparison, never pass silently.
-  echo "FAIL pymysql/program: exited with status $rc (see $LOG)" >>"$RES"
-fi
-if [ ! -s "$RES" ]; then
-  echo "error: the PyMySQL checks reported nothing (exit $rc); see $LOG" >&2
-  echo "SUMMARY suite=$SUITE passed=0 failed=0 skipped=0"
-  exit 2
-fi
-
-passed=$(grep -c '^PASS ' "$RES" || true)
-failed=$(grep -c '^FAIL ' "$RES" || true)
-skipped=$(grep -c '^SKIP ' "$RES" || true)
-grep -E '^(FAIL|SKIP) ' "$RES" >&2 || true
-echo "pymysql checks exit=$rc log=$LOG results=$RES" >&2
-echo "SUMMARY suite=$SUITE passed=$passed failed=$failed skipped=$skipped"
+client_checks_report "$SUITE" "$OUT" "$RES" "$LOG" "$rc" || exit 2
