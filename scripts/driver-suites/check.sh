@@ -16,7 +16,7 @@
 # counts as the PASS msgproxy must give.
 # The suites and their tools are installed on first use (Debian packages, PyPI) under
 # $DRIVER_SUITES_DIR, default target/driver-suites. About two and a half minutes once installed.
-# DRIVER_SUITES_PORT (default 33306) is where the search for two free ports (server, proxy) starts.
+# DRIVER_SUITES_PORT (default 23306) is where the search for two free ports (server, proxy) starts.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -41,9 +41,6 @@ free_port() {
     done
     echo "$port"
 }
-server_port=$(free_port "${DRIVER_SUITES_PORT:-33306}")
-taken=$server_port
-proxy_port=$(free_port $((server_port + 1)))
 
 proxy_bin=${MSGPROXY_BIN:-}
 if [ -z "$proxy_bin" ]; then
@@ -59,19 +56,40 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Start afresh: a server left from an earlier run may hold the suites' old tables and another port.
-scripts/mariadb-throwaway.sh stop --dir "$data_dir" >/dev/null 2>&1 || true
-rm -rf "$data_dir"
-backend=$(scripts/mariadb-throwaway.sh start --port "$server_port" --dir "$data_dir" | tail -n 1)
+# Starts the server and msgproxy on $server_port and $proxy_port; false when either cannot.
+start_both() {
+    # Afresh: a server left from an earlier run may hold the suites' old tables and another port.
+    scripts/mariadb-throwaway.sh stop --dir "$data_dir" >/dev/null 2>&1 || true
+    rm -rf "$data_dir"
+    backend=$(scripts/mariadb-throwaway.sh start --port "$server_port" --dir "$data_dir" | tail -n 1) || return 1
+    "$proxy_bin" --backend "$backend" --listen "127.0.0.1:$proxy_port" >"$proxy_log" 2>&1 &
+    proxy_pid=$!
+    for _ in $(seq 1 100); do
+        msgproxy_port_in_use "$proxy_port" && return 0
+        kill -0 "$proxy_pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    msgproxy_warn "msgproxy did not listen on $proxy_port; its log: $proxy_log"
+    kill "$proxy_pid" 2>/dev/null || true
+    proxy_pid=""
+    return 1
+}
+
+# The search starts below Linux's ephemeral ports (32768-60999 by default): a port in that range
+# can become the local end of some outgoing connection between the check above and the bind (that
+# failed a CI run). A start that fails all the same is tried again on the next ports.
 proxy_log=$DRIVER_SUITES_DIR/msgproxy.log
-"$proxy_bin" --backend "$backend" --listen "127.0.0.1:$proxy_port" >"$proxy_log" 2>&1 &
-proxy_pid=$!
-for _ in $(seq 1 100); do
-    msgproxy_port_in_use "$proxy_port" && break
-    kill -0 "$proxy_pid" 2>/dev/null || msgproxy_die "msgproxy exited at start; its log: $proxy_log"
-    sleep 0.1
+next_port=${DRIVER_SUITES_PORT:-23306}
+for attempt in 1 2 3; do
+    taken=""
+    server_port=$(free_port "$next_port")
+    taken=$server_port
+    proxy_port=$(free_port $((server_port + 1)))
+    start_both && break
+    [ "$attempt" -lt 3 ] || msgproxy_die "could not start the server and msgproxy (three tries; see the messages above)"
+    msgproxy_warn "starting on ports $server_port/$proxy_port failed; trying the next ones"
+    next_port=$((proxy_port + 1))
 done
-msgproxy_port_in_use "$proxy_port" || msgproxy_die "msgproxy did not listen on $proxy_port; its log: $proxy_log"
 
 # Tests that skip themselves when a timing assumption fails on a loaded machine: the Go suite's
 # context-cancel tests run `INSERT ... SLEEP(1)`, cancel it, wait a second and skip ("[WARN] expected
