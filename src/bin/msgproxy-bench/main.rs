@@ -395,10 +395,11 @@ async fn run(opts: Opts) -> Result<bool, String> {
             _ => Ok(()),
         };
         let others = foreign.cores(&ctx.cpu_pids(), &ctx.retired);
-        loads.push(format!("{scenario} {others:.2}"));
+        let steal = foreign.steal_cores();
+        loads.push(format!("{scenario} {others:.2} (steal {steal:.2})"));
         match result {
             Ok(()) => eprintln!(
-                "== {scenario}: done in {:.1} s (other processes used {others:.2} cores meanwhile)",
+                "== {scenario}: done in {:.1} s (other processes used {others:.2} cores, the hypervisor took {steal:.2} (steal) meanwhile)",
                 started.elapsed().as_secs_f64()
             ),
             Err(e) => {
@@ -414,7 +415,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
     println!();
     println!("{header}");
     println!(
-        "cores used by processes other than the bench, its server and its proxy, during each scenario: {}",
+        "cores used by processes other than the bench, its server and its proxy (and taken by the hypervisor for other guests: steal), during each scenario: {}",
         loads.join(", ")
     );
     println!();

@@ -104,9 +104,10 @@ impl CpuMeter {
 }
 
 /// CPU used by every process on the machine except the bench's own (bench, server, proxies):
-/// other people's work, which skews what is measured on a shared machine.
+/// other people's work, which skews what is measured on a shared machine. Kept apart from it, the
+/// time the hypervisor gave this VM's CPUs to other guests (steal), which skews it as much.
 pub struct ForeignCpu {
-    busy: f64,
+    machine: MachineCpu,
     /// CPU seconds of our processes at the start, by pid.
     ours: Vec<(u32, f64)>,
     /// How many retired proxies there were at the start.
@@ -119,7 +120,7 @@ impl ForeignCpu {
     /// that were stopped, oldest first.
     pub fn start(pids: &[(&'static str, u32)], retired: &[(u32, f64)]) -> ForeignCpu {
         ForeignCpu {
-            busy: machine_busy_seconds(),
+            machine: MachineCpu::now(),
             ours: pids.iter().map(|(_, p)| (*p, cpu_seconds(*p))).collect(),
             retired_before: retired.len(),
             t0: Instant::now(),
@@ -145,29 +146,42 @@ impl ForeignCpu {
             .iter()
             .map(|(p, c)| c - at_start(*p))
             .sum();
-        ((machine_busy_seconds() - self.busy - running - stopped) / wall).max(0.0)
+        ((MachineCpu::now().busy - self.machine.busy - running - stopped) / wall).max(0.0)
+    }
+
+    /// Cores the hypervisor took from this machine on average since `start` (steal time).
+    pub fn steal_cores(&self) -> f64 {
+        let wall = self.t0.elapsed().as_secs_f64().max(1e-9);
+        ((MachineCpu::now().steal - self.machine.steal) / wall).max(0.0)
     }
 }
 
-/// Busy CPU seconds of the whole machine (all cores), from /proc/stat.
-fn machine_busy_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
-        return 0.0;
-    };
-    let Some(line) = stat.lines().next() else {
-        return 0.0;
-    };
-    let f: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal
-    let busy = [0, 1, 2, 5, 6, 7]
-        .iter()
-        .map(|&i| f.get(i).copied().unwrap_or(0.0))
-        .sum::<f64>();
-    busy / 100.0
+/// CPU seconds of the whole machine (all cores) so far, from /proc/stat.
+struct MachineCpu {
+    /// Spent running something: user, nice, system, irq, softirq.
+    busy: f64,
+    /// Taken by the hypervisor for other guests while this one had work.
+    steal: f64,
+}
+
+impl MachineCpu {
+    fn now() -> MachineCpu {
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let f: Vec<f64> = stat
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|v| v.parse().ok())
+            .collect();
+        // user nice system idle iowait irq softirq steal, in 1/100 s (USER_HZ)
+        let field = |i: usize| f.get(i).copied().unwrap_or(0.0) / 100.0;
+        MachineCpu {
+            busy: [0, 1, 2, 5, 6].into_iter().map(field).sum(),
+            steal: field(7),
+        }
+    }
 }
 
 /// How a figure is printed.
