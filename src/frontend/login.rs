@@ -134,11 +134,7 @@ async fn connection_phase<S: AsyncRead + AsyncWrite + Unpin>(
             .await?;
             return Ok(None);
         };
-        let (stream, read_past_request) = client.into_parts();
-        let tls = acceptor
-            .accept(super::tls::Rewound::new(read_past_request, stream))
-            .await?;
-        let mut client = PacketReader::new(tls);
+        let mut client = super::tls::upgrade(&acceptor, client).await?;
         let response = client.next_logical_packet(1 << 20).await?;
         let session =
             authenticate(ctx, client, response, backend, nonce, offered, peer, true).await?;

@@ -83,9 +83,7 @@ where
     let reply_seq = first.seq.wrapping_add(1);
     match (ssl_request_capabilities(&first.payload), tls) {
         (Some(_), Some(acceptor)) => {
-            let (stream, read_past_request) = client.into_parts();
-            let stream = super::tls::Rewound::new(read_past_request, stream);
-            let mut client = PacketReader::new(acceptor.accept(stream).await?);
+            let mut client = super::tls::upgrade(&acceptor, client).await?;
             let login = client.next_logical_packet(MAX_LOGIN).await?;
             write_packet(
                 client.get_mut(),

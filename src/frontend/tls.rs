@@ -11,6 +11,7 @@ use tokio_rustls::rustls;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::TlsSettings;
+use crate::protocol::packet::PacketReader;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsSetupError {
@@ -59,6 +60,19 @@ pub fn acceptor(settings: &TlsSettings) -> Result<TlsAcceptor, TlsSetupError> {
         .with_no_client_auth()
         .with_single_cert(certs, key)?;
     Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The client's connection after its SSL request packet, upgraded to TLS: the handshake runs on
+/// the bytes the packet reader took past that packet, then on the connection.
+pub async fn upgrade<S: AsyncRead + AsyncWrite + Unpin>(
+    acceptor: &TlsAcceptor,
+    client: PacketReader<S>,
+) -> io::Result<PacketReader<tokio_rustls::server::TlsStream<Rewound<S>>>> {
+    let (stream, read_past_request) = client.into_parts();
+    let tls = acceptor
+        .accept(Rewound::new(read_past_request, stream))
+        .await?;
+    Ok(PacketReader::new(tls))
 }
 
 /// A connection with bytes already read from it put back in front: a client may send its TLS
