@@ -17,9 +17,11 @@
 //! - `report` — percentiles, medians over repetitions, the table.
 //! - `passthrough` — point SELECTs (text and prepared), one large result, connection set-up.
 //! - `messaging` — end-to-end latency, sustained throughput, a large backlog.
+//! - `handqueue` — msgproxy's queue against one written by hand in SQL on the same server.
 //! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
 
 mod backlog;
+mod handqueue;
 mod messaging;
 mod passthrough;
 mod report;
@@ -46,6 +48,7 @@ const SCENARIOS: &[&str] = &[
     "connect",
     "latency",
     "throughput",
+    "handqueue",
     "backlog",
     "brokers",
 ];
@@ -66,8 +69,8 @@ pub struct Opts {
     /// The msgproxy binary (default: the one next to this binary, built first under `cargo run`).
     #[arg(long)]
     pub proxy_bin: Option<PathBuf>,
-    /// Comma-separated scenarios to run (point, large, connect, latency, throughput, backlog,
-    /// brokers); default all.
+    /// Comma-separated scenarios to run (point, large, connect, latency, throughput, handqueue,
+    /// backlog, brokers); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Repetitions of each measurement (direct and proxy interleaved).
@@ -123,6 +126,10 @@ pub struct Opts {
     /// the proxy's hop costs the producers from what the queue costs the server.
     #[arg(long)]
     pub producers_direct: bool,
+    /// In the handqueue scenario, how long a consumer of the queue written by hand waits after a
+    /// claim that found nothing, in milliseconds (it has no binlog to wake it).
+    #[arg(long, default_value_t = 1.0)]
+    pub hand_poll_ms: f64,
     /// vt_batch_size of the bench's message tables.
     #[arg(long, default_value_t = 100)]
     pub batch_size: usize,
@@ -390,6 +397,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
             "connect" => passthrough::connection_setup(&mut ctx).await,
             "latency" => messaging::latency(&mut ctx).await,
             "throughput" => messaging::throughput(&mut ctx).await,
+            "handqueue" => handqueue::handqueue(&mut ctx).await,
             "backlog" => backlog::backlog(&mut ctx).await,
             "brokers" => run_brokers(&mut ctx).await,
             _ => Ok(()),

@@ -25,7 +25,7 @@ use crate::Ctx;
 /// ~100 bytes of payload per message.
 const PAYLOAD: &str = "msgproxy-bench-payload-0123456789abcdefghijklmnopqrstuvwxyz-0123456789abcdefghijklmnopqrstuvwxyz--";
 /// Most ids one ACK statement carries.
-const MAX_ACK_BATCH: usize = 1000;
+pub(crate) const MAX_ACK_BATCH: usize = 1000;
 /// Producer connections of the latency runs (a commit may take longer than 1/rate).
 const LATENCY_PRODUCERS: usize = 4;
 
@@ -97,7 +97,7 @@ pub(crate) async fn wait_loaded(c: &mut Conn, name: &str) -> Result<(), String> 
 }
 
 /// Empties a message table through the proxy (between runs).
-async fn truncate(ctx: &Ctx, name: &str) -> Result<(), String> {
+pub(crate) async fn truncate(ctx: &Ctx, name: &str) -> Result<(), String> {
     let mut c = Conn::connect(&ctx.proxied)
         .await
         .map_err(|e| format!("connect to msgproxy: {e}"))?;
@@ -555,8 +555,15 @@ pub async fn throughput(ctx: &mut Ctx) -> Result<(), String> {
         for _ in 0..ctx.opts.reps() {
             // The server's own insert rate with the same producers, no consumers.
             exec(&mut a, &format!("TRUNCATE TABLE `{plain}`")).await?;
-            let (inserted, _, direct_note) =
-                throughput_run(ctx, plain, &ctx.direct.clone(), rows_per_insert, 0, dur).await?;
+            let (inserted, _, direct_note) = throughput_run(
+                ctx,
+                plain,
+                &ctx.direct.clone(),
+                rows_per_insert,
+                Consumption::Nobody,
+                dur,
+            )
+            .await?;
             samples.add("direct", "rate", inserted);
             // Producers through msgproxy (or, with --producers-direct, straight to the server),
             // consumers streaming and acking.
@@ -573,7 +580,7 @@ pub async fn throughput(ctx: &mut Ctx) -> Result<(), String> {
                 table,
                 &producers,
                 rows_per_insert,
-                ctx.opts.consumers,
+                Consumption::Streams(ctx.opts.consumers),
                 dur,
             )
             .await?;
@@ -636,20 +643,59 @@ pub async fn throughput(ctx: &mut Ctx) -> Result<(), String> {
     drop_table(ctx, table).await
 }
 
-/// Producers inserting as fast as they can for `dur`, with `consumers` streams acking. Returns
-/// (inserted rows/s, acked messages/s, CPU note), counted after the warm-up.
-async fn throughput_run(
+/// Who takes the messages off the table in a sustained run.
+#[derive(Clone, Copy)]
+pub(crate) enum Consumption {
+    /// Nobody: the producers' own rate.
+    Nobody,
+    /// This many `STREAM`s through msgproxy, each with its acker.
+    Streams(usize),
+    /// This many consumers of a queue written by hand in SQL, straight to the server
+    /// (`handqueue.rs`).
+    ByHand(usize),
+}
+
+/// The consumers of one sustained run, whichever kind.
+enum Group {
+    Streams(Consumers),
+    ByHand(crate::handqueue::HandConsumers),
+}
+
+impl Group {
+    fn acked(&self) -> u64 {
+        match self {
+            Group::Streams(g) => g.acked.load(Ordering::Relaxed),
+            Group::ByHand(g) => g.acked.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stops the consumers; returns the rows they received.
+    async fn finish(self) -> Result<u64, String> {
+        match self {
+            Group::Streams(g) => Ok(g.finish().await?.rows),
+            Group::ByHand(g) => g.finish().await,
+        }
+    }
+}
+
+/// Producers inserting as fast as they can for `dur`, with `consumption` taking the messages.
+/// Returns (inserted rows/s, acked messages/s, CPU note), counted after the warm-up.
+pub(crate) async fn throughput_run(
     ctx: &Ctx,
     table: &str,
     producer_target: &Target,
     rows_per_insert: usize,
-    consumers: usize,
+    consumption: Consumption,
     dur: Duration,
 ) -> Result<(f64, f64, String), String> {
-    let group = if consumers > 0 {
-        Some(Consumers::start(ctx.ack_interval(), &ctx.proxied, table, consumers, None, 0).await)
-    } else {
-        None
+    let group = match consumption {
+        Consumption::Nobody | Consumption::Streams(0) | Consumption::ByHand(0) => None,
+        Consumption::Streams(n) => Some(Group::Streams(
+            Consumers::start(ctx.ack_interval(), &ctx.proxied, table, n, None, 0).await,
+        )),
+        Consumption::ByHand(n) => Some(Group::ByHand(
+            crate::handqueue::HandConsumers::start(ctx, table, n).await,
+        )),
     };
     let next_id = Arc::new(AtomicI64::new(1));
     let inserted = Arc::new(AtomicU64::new(0));
@@ -691,14 +737,10 @@ async fn throughput_run(
     let mut status_conn = admin(ctx).await?;
     let status0 = server_counters(&mut status_conn).await?;
     let ins0 = inserted.load(Ordering::Relaxed);
-    let ack0 = group
-        .as_ref()
-        .map_or(0, |g| g.acked.load(Ordering::Relaxed));
+    let ack0 = group.as_ref().map_or(0, Group::acked);
     tokio::time::sleep_until(end.into()).await;
     let ins1 = inserted.load(Ordering::Relaxed);
-    let ack1 = group
-        .as_ref()
-        .map_or(0, |g| g.acked.load(Ordering::Relaxed));
+    let ack1 = group.as_ref().map_or(0, Group::acked);
     let cpu = meter.finish();
     let status1 = server_counters(&mut status_conn).await?;
     status_conn.quit().await;
@@ -732,11 +774,10 @@ async fn throughput_run(
         // smoke run, whose binlog watcher may trail a burst of multi-row inserts by more than the
         // half-second run) time to deliver something, so "nothing arrived" means nothing would.
         let patience = Instant::now() + Duration::from_secs(30);
-        while g.acked.load(Ordering::Relaxed) == 0 && Instant::now() < patience {
+        while g.acked() == 0 && Instant::now() < patience {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let got = g.finish().await?;
-        if got.rows == 0 {
+        if g.finish().await? == 0 {
             return Err("the consumers received no message within 30 s of the run".into());
         }
     }
