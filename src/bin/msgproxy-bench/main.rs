@@ -101,6 +101,14 @@ pub struct Opts {
     /// added after the bench's own; repeat for more. The header lists them.
     #[arg(long = "server-arg", value_name = "OPTION", allow_hyphen_values = true)]
     pub server_args: Vec<String>,
+    /// Keep the throwaway server on these CPUs (`1`, `0,2-3`, as `taskset -c` takes them), in
+    /// the direct runs and through msgproxy alike: with `--proxy-cpus` on the others, the server
+    /// has the same CPUs either way, as on a host of its own.
+    #[arg(long, value_name = "CPUS", value_parser = servers::CpuSet::parse)]
+    pub server_cpus: Option<servers::CpuSet>,
+    /// Keep msgproxy and the bench's own load generator on these CPUs.
+    #[arg(long, value_name = "CPUS", value_parser = servers::CpuSet::parse)]
+    pub proxy_cpus: Option<servers::CpuSet>,
     /// Connections of the concurrent pass-through runs.
     #[arg(long, default_value_t = 32)]
     pub connections: usize,
@@ -316,9 +324,13 @@ async fn run(opts: Opts) -> Result<bool, String> {
         sync_binlog: opts.sync_binlog,
         log_file_size: "512M".into(),
         extra_args: opts.server_args.clone(),
+        cpus: opts.server_cpus.clone(),
     };
     if opts.proxy_socket && opts.backend.is_some() {
         return Err("--proxy-socket needs the throwaway server (its socket is known)".into());
+    }
+    if opts.server_cpus.is_some() && opts.backend.is_some() {
+        return Err("--server-cpus needs the throwaway server (the bench starts it)".into());
     }
     let (server, direct) = match &opts.backend {
         Some(url) => (None, Target::parse(url)?),
@@ -328,6 +340,11 @@ async fn run(opts: Opts) -> Result<bool, String> {
             (Some(db), t)
         }
     };
+    // From here on the bench's thread and every msgproxy it starts (they inherit it) stay on
+    // these CPUs; the proxy binary is built and the server started before, unpinned.
+    if let Some(cpus) = &opts.proxy_cpus {
+        cpus.pin_current_thread()?;
+    }
     // The bench's database.
     {
         let mut admin = Conn::connect(&Target {
@@ -491,8 +508,9 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
+    // The machine's, not the bench's own (which --proxy-cpus may have narrowed).
+    let cores = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|s| s.lines().filter(|l| l.starts_with("processor")).count())
         .unwrap_or(0);
     let load = std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -526,7 +544,7 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
             None => "--backend".into(),
         },
         ctx.proxy_bin.display(),
-        proxy_settings_from_env(),
+        pinning(o) + &proxy_settings_from_env(),
         if o.proxy_socket {
             " (point SELECTs also through a second msgproxy on the server's Unix socket, clients over TCP and on its own socket)"
         } else {
@@ -559,6 +577,19 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
 
 /// The proxies inherit the bench's environment: its `MSGPROXY_*` settings (other than the log
 /// filter) change what is measured, so the header names them.
+/// Where `--server-cpus` / `--proxy-cpus` keep the parties, for the header ("" when unpinned).
+fn pinning(o: &Opts) -> String {
+    let show = |c: &Option<servers::CpuSet>| c.as_ref().map_or("all".into(), |c| c.to_string());
+    match (&o.server_cpus, &o.proxy_cpus) {
+        (None, None) => String::new(),
+        (s, p) => format!(
+            " (server on CPUs {}, msgproxy and the bench on CPUs {})",
+            show(s),
+            show(p)
+        ),
+    }
+}
+
 fn proxy_settings_from_env() -> String {
     let mut set: Vec<String> = std::env::vars()
         .filter(|(k, _)| k.starts_with("MSGPROXY_") && k != "MSGPROXY_LOG")

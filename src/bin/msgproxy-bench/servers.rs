@@ -119,6 +119,92 @@ extern "C" {
     fn prctl(option: i32, ...) -> i32;
 }
 
+/// A set of CPUs the server, or msgproxy and the load generator, are kept on (`--server-cpus`,
+/// `--proxy-cpus`): on a machine whose cores they otherwise share, pinning gives the server the
+/// same CPU budget through the proxy as without it, so that what the proxy costs shows apart from
+/// the CPU it takes away from the server.
+#[derive(Clone, Debug)]
+pub struct CpuSet {
+    /// The kernel's `cpu_set_t`: bit `n` of the array is CPU `n` (up to 1,024 CPUs).
+    mask: [u64; 16],
+    /// As given (`1`, `0,2-3`), for the header.
+    text: String,
+}
+
+impl CpuSet {
+    /// Reads a list of CPU numbers and ranges, as `taskset -c` takes: `1`, `0,2-3`.
+    pub fn parse(text: &str) -> Result<CpuSet, String> {
+        let mut mask = [0u64; 16];
+        let limit = mask.len() * 64;
+        for part in text.split(',').map(str::trim) {
+            let (from, to) = match part.split_once('-') {
+                Some((a, b)) => (a.trim(), b.trim()),
+                None => (part, part),
+            };
+            let number = |s: &str| {
+                s.parse::<usize>()
+                    .ok()
+                    .filter(|&n| n < limit)
+                    .ok_or_else(|| {
+                        format!("{text:?}: {s:?} is not a CPU number (0 to {})", limit - 1)
+                    })
+            };
+            let (from, to) = (number(from)?, number(to)?);
+            if from > to {
+                return Err(format!("{text:?}: the range {part} runs backwards"));
+            }
+            for cpu in from..=to {
+                mask[cpu / 64] |= 1 << (cpu % 64);
+            }
+        }
+        Ok(CpuSet {
+            mask,
+            text: text.to_string(),
+        })
+    }
+
+    /// Keeps the calling thread (and the threads and processes it starts from now on) on these
+    /// CPUs.
+    pub fn pin_current_thread(&self) -> Result<(), String> {
+        // SAFETY: the mask is a live array of the size given.
+        if unsafe { sched_setaffinity(0, std::mem::size_of_val(&self.mask), self.mask.as_ptr()) }
+            != 0
+        {
+            return Err(format!(
+                "cannot keep the bench on CPUs {}: {}",
+                self.text,
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Makes `cmd`'s process start on these CPUs.
+    fn pin_command(&self, cmd: &mut Command) {
+        use std::os::unix::process::CommandExt;
+        let mask = self.mask;
+        // SAFETY: sched_setaffinity is a plain system call and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(move || {
+                if sched_setaffinity(0, std::mem::size_of_val(&mask), mask.as_ptr()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+impl std::fmt::Display for CpuSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+extern "C" {
+    fn sched_setaffinity(pid: i32, cpusetsize: usize, mask: *const u64) -> i32;
+}
+
 const PR_SET_PDEATHSIG: i32 = 1;
 const SIGKILL: u64 = 9;
 
@@ -217,6 +303,8 @@ pub struct ServerSettings {
     /// More mariadbd options (`--name=value`), after msgproxy's own: experiments with the
     /// server's settings (isolation level, group commit) without editing the bench.
     pub extra_args: Vec<String>,
+    /// The CPUs mariadbd runs on (all when `None`).
+    pub cpus: Option<CpuSet>,
 }
 
 /// A throwaway MariaDB: its own data dir, port and row-based binlog.
@@ -331,6 +419,9 @@ pub fn launch_mariadb(
         .args(&settings.extra_args);
     if is_root() {
         cmd.arg("--user=root");
+    }
+    if let Some(cpus) = &settings.cpus {
+        cpus.pin_command(&mut cmd);
     }
     let mut process = spawn_owned(cmd, work.join(log))?;
     wait_for_greeting(&mut process, port, "mariadbd", Duration::from_secs(60))?;
@@ -567,5 +658,18 @@ mod tests {
             let table: toml::Table = toml::from_str(&doc).unwrap();
             assert_eq!(table["v"].as_str(), Some(s), "{doc}");
         }
+    }
+
+    #[test]
+    fn cpu_lists_read_as_taskset_reads_them() {
+        let set = |t: &str| CpuSet::parse(t).map(|c| c.mask[..2].to_vec());
+        assert_eq!(set("1"), Ok(vec![0b10, 0]));
+        assert_eq!(set("0, 2-3"), Ok(vec![0b1101, 0]));
+        assert_eq!(set("64-65"), Ok(vec![0, 0b11]));
+        assert!(set("3-1").unwrap_err().contains("backwards"));
+        assert!(set("x").unwrap_err().contains("not a CPU number"));
+        assert!(set("1024").is_err());
+        assert!(set("").is_err());
+        assert_eq!(CpuSet::parse("0,2-3").unwrap().to_string(), "0,2-3");
     }
 }

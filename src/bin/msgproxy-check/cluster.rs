@@ -53,6 +53,7 @@ impl Cluster {
             sync_binlog: 1,
             log_file_size: "64M".into(),
             extra_args: Vec::new(),
+            cpus: None,
         };
         let (server, direct) = match backend {
             Some(url) => (None, Target::parse(url)?),
