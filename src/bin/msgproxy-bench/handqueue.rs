@@ -8,17 +8,21 @@
 //!
 //! - claim, in one transaction: `SELECT id, message, epoch ... WHERE time_next <= now AND
 //!   time_acked IS NULL ORDER BY time_next, epoch LIMIT batch FOR UPDATE SKIP LOCKED`, then
-//!   `UPDATE ... SET epoch = epoch + 1, time_next = now + ack wait` of the rows it got, and
-//!   `COMMIT` — durable before the rows are handed on, as msgproxy's claim is (MESSAGING.md §5);
+//!   `UPDATE ... SET epoch = epoch + 1, time_next = now + ack wait` of the rows it got with
+//!   `COMMIT` in the same query — two round trips, as msgproxy's claim, and durable before the
+//!   rows are handed on, as msgproxy's is (MESSAGING.md §5);
 //! - ack, on a connection of its own: `UPDATE ... SET time_acked = now, time_next = NULL WHERE id
 //!   IN (...) AND time_acked IS NULL` of whatever was claimed meanwhile, as msgproxy's `ACK` does;
 //! - a claim that found nothing waits `--hand-poll-ms` before the next: a hand-written queue has
 //!   no binlog to tell it when rows arrive, so it trades empty polls for latency.
 //!
-//! The consumers' sessions run at READ COMMITTED (with `autocommit=0`, so a claim is three round
-//! trips), so the claim's index range takes no gap locks that would hold up the producers' inserts:
-//! what a careful author would choose. The ratio then says what msgproxy's engine costs beyond the
-//! row work any queue with this table layout and these guarantees has to do.
+//! The claim sessions run at READ COMMITTED with `autocommit=0`, so the claim's index range takes
+//! no gap locks that would hold up the producers' inserts: what a careful author would choose (the
+//! ackers' `UPDATE`s by primary key take none at any level). The producers insert straight into the
+//! server on both sides, so the ratio says what msgproxy's engine costs beyond the row work any
+//! queue with this table layout and these guarantees has to do, not what its hop costs the
+//! producers (the throughput scenario shows that). Which side runs first alternates between
+//! repetitions, so neither always inherits the other's undo purge.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -55,40 +59,41 @@ pub async fn handqueue(ctx: &mut Ctx) -> Result<(), String> {
     for rows_per_insert in [1, ctx.opts.multi_rows] {
         let mut samples = Samples::default();
         let (mut hand_note, mut proxy_note) = (String::new(), String::new());
-        for _ in 0..ctx.opts.reps() {
-            exec(&mut a, &format!("TRUNCATE TABLE `{hand}`")).await?;
-            let retries0 = HAND_RETRIES.load(Ordering::Relaxed);
-            let (_, acked, note) = messaging::throughput_run(
-                ctx,
-                hand,
-                &ctx.direct.clone(),
-                rows_per_insert,
-                Consumption::ByHand(consumers),
-                dur,
-            )
-            .await?;
-            samples.add("hand", "rate", acked);
-            hand_note = format!(
-                "{} claim/ack deadlocks retried; {note}",
-                HAND_RETRIES.load(Ordering::Relaxed) - retries0
-            );
-            messaging::truncate(ctx, table).await?;
-            let producers = if ctx.opts.producers_direct {
-                ctx.direct.clone()
-            } else {
-                ctx.proxied.clone()
-            };
-            let (_, acked, note) = messaging::throughput_run(
-                ctx,
-                table,
-                &producers,
-                rows_per_insert,
-                Consumption::Streams(consumers),
-                dur,
-            )
-            .await?;
-            samples.add("proxy", "rate", acked);
-            proxy_note = note;
+        for rep in 0..ctx.opts.reps() {
+            for by_hand in [rep % 2 == 0, rep % 2 == 1] {
+                let (name, consumption, key) = if by_hand {
+                    exec(&mut a, &format!("TRUNCATE TABLE `{hand}`")).await?;
+                    (hand, Consumption::ByHand(consumers), "hand")
+                } else {
+                    messaging::truncate(ctx, table).await?;
+                    (table, Consumption::Streams(consumers), "proxy")
+                };
+                let retries0 = messaging::retries();
+                let hand0 = HAND_RETRIES.load(Ordering::Relaxed);
+                let (inserted, acked, cpu) = messaging::throughput_run(
+                    ctx,
+                    name,
+                    &ctx.direct.clone(),
+                    rows_per_insert,
+                    consumption,
+                    dur,
+                )
+                .await?;
+                samples.add(key, "rate", acked);
+                samples.add(key, "inserted", inserted);
+                let (inserts, acks) = messaging::retries();
+                let note = format!(
+                    "{} INSERT, {} ACK and {} claim deadlocks retried; {cpu}",
+                    inserts - retries0.0,
+                    acks - retries0.1,
+                    HAND_RETRIES.load(Ordering::Relaxed) - hand0
+                );
+                if by_hand {
+                    hand_note = note;
+                } else {
+                    proxy_note = note;
+                }
+            }
         }
         let kind = if rows_per_insert == 1 {
             "single-row inserts".to_string()
@@ -114,9 +119,16 @@ pub async fn handqueue(ctx: &mut Ctx) -> Result<(), String> {
                 row.relation = format!("{:.3}×", p.median / h.median);
             }
         }
+        let inserted = |key: &str| {
+            samples
+                .get(key, "inserted")
+                .map_or("?".into(), |s| fmt_summary(&s, Unit::PerSec))
+        };
         row.note = format!(
-            "by hand (producers straight to the server, empty claims wait {} ms): {hand_note}; msgproxy: {proxy_note}",
-            ctx.opts.hand_poll_ms
+            "producers straight to the server on both sides; by hand (empty claims wait {} ms): inserted meanwhile {}, {hand_note}; msgproxy: inserted meanwhile {}, {proxy_note}",
+            ctx.opts.hand_poll_ms,
+            inserted("hand"),
+            inserted("proxy")
         );
         ctx.rows.push(row);
     }
@@ -165,16 +177,26 @@ impl HandConsumers {
     }
 
     /// Stops the claim loops, lets the ackers ack what was claimed, and returns the rows claimed.
+    /// Everything is joined before an error is reported, an acker's first: a claim loop whose
+    /// acker failed only ends early, and the acker's error says why.
     pub(crate) async fn finish(mut self) -> Result<u64, String> {
         self.stop.store(true, Ordering::Relaxed);
-        let mut rows = 0;
+        let mut claimed = Ok(0);
         while let Some(r) = self.claimers.join_next().await {
-            rows += r.map_err(|e| format!("hand claim task: {e}"))??;
+            match (
+                r.map_err(|e| format!("hand claim task: {e}"))
+                    .and_then(|r| r),
+                &mut claimed,
+            ) {
+                (Ok(n), Ok(total)) => *total += n,
+                (Err(e), Ok(_)) => claimed = Err(e),
+                (_, Err(_)) => {}
+            }
         }
         while let Some(r) = self.ackers.join_next().await {
             r.map_err(|e| format!("hand acker task: {e}"))??;
         }
-        Ok(rows)
+        claimed
     }
 }
 
@@ -195,8 +217,8 @@ fn is_lock_conflict(e: &Error) -> bool {
     )
 }
 
-/// Claims batches of due rows and hands their ids to the acker, until `stop`. Returns the rows
-/// claimed.
+/// Claims batches of due rows and hands their ids to the acker, until `stop` (or until the acker
+/// has gone, whose own error [`HandConsumers::finish`] reports). Returns the rows claimed.
 async fn claim_loop(
     target: crate::wire::Target,
     table: String,
@@ -205,7 +227,8 @@ async fn claim_loop(
     acks: mpsc::UnboundedSender<i64>,
     stop: Arc<AtomicBool>,
 ) -> Result<u64, String> {
-    let mut c = Conn::connect(&target)
+    // Several statements a query: the claim's UPDATE and COMMIT go out together.
+    let mut c = Conn::connect_multi_statements(&target)
         .await
         .map_err(|e| format!("connect a hand consumer: {e}"))?;
     exec(
@@ -213,10 +236,13 @@ async fn claim_loop(
         "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
     )
     .await?;
+    // The locking SELECT then opens the claim's transaction itself: no START TRANSACTION trip.
     exec(&mut c, "SET autocommit = 0").await?;
     let mut claimed = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let now = now_ns();
+        // FORCE INDEX as msgproxy's poller does (src/messaging/poll.rs): with acked rows at the
+        // NULL end of next_idx the optimizer may prefer ack_idx and a sort.
         let select = format!(
             "SELECT id, message, epoch FROM `{table}` FORCE INDEX (next_idx) WHERE time_next <= {now} AND time_acked IS NULL ORDER BY time_next, epoch LIMIT {batch} FOR UPDATE SKIP LOCKED"
         );
@@ -229,34 +255,39 @@ async fn claim_loop(
             }
             Err(e) => return Err(format!("hand claim SELECT: {e}")),
         };
-        let ids: Vec<i64> = rows
-            .iter()
-            .filter_map(|r| r.first().cloned().flatten()?.parse().ok())
-            .collect();
-        if ids.is_empty() {
-            exec(&mut c, "COMMIT").await?;
+        if rows.is_empty() {
+            // Nothing locked (READ COMMITTED, nothing found): the open transaction holds nothing
+            // and the next SELECT goes on in it.
             tokio::time::sleep(poll).await;
             continue;
         }
+        let mut ids = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let id = r.first().cloned().flatten().unwrap_or_default();
+            ids.push(
+                id.parse::<i64>()
+                    .map_err(|_| format!("hand claim: id {id:?} is not a bigint"))?,
+            );
+        }
         let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
         let update = format!(
-            "UPDATE `{table}` SET epoch = COALESCE(epoch, 0) + 1, time_next = {} WHERE id IN ({list})",
+            "UPDATE `{table}` SET epoch = COALESCE(epoch, 0) + 1, time_next = {} WHERE id IN ({list}); COMMIT",
             now + ACK_WAIT_NS
         );
         match c.query(&update).await {
             Ok(_) => {}
             Err(e) if is_lock_conflict(&e) => {
+                // The COMMIT did not run; InnoDB rolled the victim back, the ROLLBACK ends it.
                 HAND_RETRIES.fetch_add(1, Ordering::Relaxed);
                 exec(&mut c, "ROLLBACK").await?;
                 continue;
             }
             Err(e) => return Err(format!("hand claim UPDATE: {e}")),
         }
-        exec(&mut c, "COMMIT").await?;
         claimed += ids.len() as u64;
         for id in ids {
             if acks.send(id).is_err() {
-                return Err("the hand acker ended early".into());
+                return Ok(claimed);
             }
         }
     }

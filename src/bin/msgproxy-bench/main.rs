@@ -235,6 +235,8 @@ pub struct Ctx {
     pub figures: std::collections::BTreeMap<String, report::Summary>,
     /// Proxies stopped so far: (pid, CPU seconds used), so CPU accounting survives restarts.
     pub retired: Vec<(u32, f64)>,
+    /// The CPUs the bench could use at its start, before `--proxy-cpus` narrowed its own.
+    pub cores: usize,
 }
 
 impl Ctx {
@@ -311,7 +313,14 @@ fn main() -> ExitCode {
 }
 
 /// Runs the scenarios; `Ok(false)` when one of them failed to run.
-async fn run(opts: Opts) -> Result<bool, String> {
+async fn run(mut opts: Opts) -> Result<bool, String> {
+    // Before the bench pins itself below: the machine's (or the container's) CPUs.
+    let allowed = servers::CpuSet::allowed()?;
+    if opts.server_cpus.is_some() && opts.backend.is_some() {
+        return Err("--server-cpus needs the throwaway server (the bench starts it)".into());
+    }
+    (opts.server_cpus, opts.proxy_cpus) =
+        servers::CpuSet::plan(opts.server_cpus.take(), opts.proxy_cpus.take(), &allowed)?;
     let work = WorkDir::create(opts.keep_workdir)?;
     let proxy_bin = servers::proxy_binary(opts.proxy_bin.as_deref())?;
     let settings = ServerSettings {
@@ -328,9 +337,6 @@ async fn run(opts: Opts) -> Result<bool, String> {
     };
     if opts.proxy_socket && opts.backend.is_some() {
         return Err("--proxy-socket needs the throwaway server (its socket is known)".into());
-    }
-    if opts.server_cpus.is_some() && opts.backend.is_some() {
-        return Err("--server-cpus needs the throwaway server (the bench starts it)".into());
     }
     let (server, direct) = match &opts.backend {
         Some(url) => (None, Target::parse(url)?),
@@ -392,6 +398,7 @@ async fn run(opts: Opts) -> Result<bool, String> {
         rows: Vec::new(),
         figures: Default::default(),
         retired: Vec::new(),
+        cores: allowed.count(),
     };
     let header = describe(&ctx, server.as_ref()).await;
     eprintln!("{header}");
@@ -508,10 +515,7 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
                 .map(|m| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    // The machine's, not the bench's own (which --proxy-cpus may have narrowed).
-    let cores = std::fs::read_to_string("/proc/cpuinfo")
-        .map(|s| s.lines().filter(|l| l.starts_with("processor")).count())
-        .unwrap_or(0);
+    let cores = ctx.cores;
     let load = std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default();
@@ -575,21 +579,24 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
     )
 }
 
-/// The proxies inherit the bench's environment: its `MSGPROXY_*` settings (other than the log
-/// filter) change what is measured, so the header names them.
 /// Where `--server-cpus` / `--proxy-cpus` keep the parties, for the header ("" when unpinned).
+/// msgproxy's default worker threads follow the CPUs it may use, so pinning changes them too: the
+/// header says how many it runs.
 fn pinning(o: &Opts) -> String {
-    let show = |c: &Option<servers::CpuSet>| c.as_ref().map_or("all".into(), |c| c.to_string());
-    match (&o.server_cpus, &o.proxy_cpus) {
-        (None, None) => String::new(),
-        (s, p) => format!(
-            " (server on CPUs {}, msgproxy and the bench on CPUs {})",
-            show(s),
-            show(p)
-        ),
-    }
+    let (Some(server), Some(proxy)) = (&o.server_cpus, &o.proxy_cpus) else {
+        return String::new();
+    };
+    let threads = match std::env::var("MSGPROXY_THREADS") {
+        Ok(n) => n,
+        Err(_) => format!("{}, one per CPU it may use", proxy.count()),
+    };
+    format!(
+        " (server on CPUs {server}, msgproxy and the bench on CPUs {proxy}; msgproxy's worker threads: {threads})"
+    )
 }
 
+/// The proxies inherit the bench's environment: its `MSGPROXY_*` settings (other than the log
+/// filter) change what is measured, so the header names them.
 fn proxy_settings_from_env() -> String {
     let mut set: Vec<String> = std::env::vars()
         .filter(|(k, _)| k.starts_with("MSGPROXY_") && k != "MSGPROXY_LOG")

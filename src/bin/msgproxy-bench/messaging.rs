@@ -35,6 +35,14 @@ static PRODUCER_RETRIES: AtomicU64 = AtomicU64::new(0);
 /// ACK statements that were deadlock victims (or timed out waiting for a lock), retried.
 static ACK_RETRIES: AtomicU64 = AtomicU64::new(0);
 
+/// Producer and ACK statements retried so far (deadlock victims, lock wait timeouts).
+pub(crate) fn retries() -> (u64, u64) {
+    (
+        PRODUCER_RETRIES.load(Ordering::Relaxed),
+        ACK_RETRIES.load(Ordering::Relaxed),
+    )
+}
+
 /// Runs a producer's INSERT, retrying it when InnoDB picks it as a deadlock victim (1213) or its
 /// lock wait times out (1205), as an application would.
 async fn insert(c: &mut Conn, sql: &str) -> Result<crate::wire::Outcome, String> {

@@ -132,7 +132,8 @@ pub struct CpuSet {
 }
 
 impl CpuSet {
-    /// Reads a list of CPU numbers and ranges, as `taskset -c` takes: `1`, `0,2-3`.
+    /// Reads a list of CPU numbers and ranges, as `taskset -c` takes them (without its `:stride`):
+    /// `1`, `0,2-3`.
     pub fn parse(text: &str) -> Result<CpuSet, String> {
         let mut mask = [0u64; 16];
         let limit = mask.len() * 64;
@@ -161,6 +162,101 @@ impl CpuSet {
             mask,
             text: text.to_string(),
         })
+    }
+
+    /// The CPUs the bench may run on (its affinity at start: the machine's, or a container's).
+    pub fn allowed() -> Result<CpuSet, String> {
+        let mut mask = [0u64; 16];
+        // SAFETY: the mask is a live, writable array of the size given.
+        if unsafe { sched_getaffinity(0, std::mem::size_of_val(&mask), mask.as_mut_ptr()) } != 0 {
+            return Err(format!(
+                "cannot read the bench's CPUs: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(CpuSet::from_mask(mask))
+    }
+
+    fn from_mask(mask: [u64; 16]) -> CpuSet {
+        let cpus: Vec<String> = (0..mask.len() * 64)
+            .filter(|&c| mask[c / 64] & (1 << (c % 64)) != 0)
+            .map(|c| c.to_string())
+            .collect();
+        CpuSet {
+            mask,
+            text: cpus.join(","),
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.mask.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    fn is_within(&self, other: &CpuSet) -> bool {
+        self.mask.iter().zip(&other.mask).all(|(a, b)| a & !b == 0)
+    }
+
+    fn overlaps(&self, other: &CpuSet) -> bool {
+        self.mask.iter().zip(&other.mask).any(|(a, b)| a & b != 0)
+    }
+
+    fn without(&self, other: &CpuSet) -> CpuSet {
+        let mut mask = self.mask;
+        for (a, b) in mask.iter_mut().zip(&other.mask) {
+            *a &= !b;
+        }
+        CpuSet::from_mask(mask)
+    }
+
+    /// Checks `--server-cpus` and `--proxy-cpus` against the CPUs the bench may use (`allowed`)
+    /// and each other, before anything starts: each set within them, the two apart. A set not
+    /// given is the rest, so that neither party runs on the other's CPUs.
+    pub fn plan(
+        server: Option<CpuSet>,
+        proxy: Option<CpuSet>,
+        allowed: &CpuSet,
+    ) -> Result<(Option<CpuSet>, Option<CpuSet>), String> {
+        let check = |flag: &str, set: &CpuSet| {
+            if set.count() == 0 || !set.is_within(allowed) {
+                return Err(format!(
+                    "{flag} {set}: the bench may run on CPUs {allowed} only"
+                ));
+            }
+            Ok(())
+        };
+        let rest = |flag: &str, other: &CpuSet| {
+            let rest = allowed.without(other);
+            if rest.count() == 0 {
+                return Err(format!(
+                    "{flag} {other} leaves no CPU for the other side (the bench may run on {allowed})"
+                ));
+            }
+            Ok(rest)
+        };
+        let (server, proxy) = match (server, proxy) {
+            (None, None) => return Ok((None, None)),
+            (Some(s), None) => {
+                check("--server-cpus", &s)?;
+                let p = rest("--server-cpus", &s)?;
+                (s, p)
+            }
+            (None, Some(p)) => {
+                check("--proxy-cpus", &p)?;
+                let s = rest("--proxy-cpus", &p)?;
+                (s, p)
+            }
+            (Some(s), Some(p)) => {
+                check("--server-cpus", &s)?;
+                check("--proxy-cpus", &p)?;
+                (s, p)
+            }
+        };
+        if server.overlaps(&proxy) {
+            return Err(format!(
+                "--server-cpus {server} and --proxy-cpus {proxy} share CPUs: pinning is for keeping them apart"
+            ));
+        }
+        Ok((Some(server), Some(proxy)))
     }
 
     /// Keeps the calling thread (and the threads and processes it starts from now on) on these
@@ -203,6 +299,7 @@ impl std::fmt::Display for CpuSet {
 
 extern "C" {
     fn sched_setaffinity(pid: i32, cpusetsize: usize, mask: *const u64) -> i32;
+    fn sched_getaffinity(pid: i32, cpusetsize: usize, mask: *mut u64) -> i32;
 }
 
 const PR_SET_PDEATHSIG: i32 = 1;
@@ -671,5 +768,31 @@ mod tests {
         assert!(set("1024").is_err());
         assert!(set("").is_err());
         assert_eq!(CpuSet::parse("0,2-3").unwrap().to_string(), "0,2-3");
+    }
+
+    #[test]
+    fn pinning_plans_keep_the_two_sides_apart_within_the_allowed_cpus() {
+        let allowed = CpuSet::parse("0-3").unwrap();
+        let set = |t: &str| Some(CpuSet::parse(t).unwrap());
+        let plan = |s, p| {
+            CpuSet::plan(s, p, &allowed)
+                .map(|(s, p)| (s.map(|c| c.to_string()), p.map(|c| c.to_string())))
+        };
+        assert_eq!(plan(None, None), Ok((None, None)));
+        assert_eq!(
+            plan(set("1"), None),
+            Ok((Some("1".into()), Some("0,2,3".into())))
+        );
+        assert_eq!(
+            plan(None, set("0-1")),
+            Ok((Some("2,3".into()), Some("0-1".into())))
+        );
+        assert!(plan(set("1"), set("1-2")).unwrap_err().contains("share"));
+        assert!(plan(set("5"), None)
+            .unwrap_err()
+            .contains("may run on CPUs 0-3 only"));
+        assert!(plan(set("0-3"), None)
+            .unwrap_err()
+            .contains("leaves no CPU"));
     }
 }

@@ -22,6 +22,7 @@ const CLIENT_CONNECT_WITH_DB: u32 = 0x8;
 const CLIENT_PROTOCOL_41: u32 = 0x200;
 const CLIENT_TRANSACTIONS: u32 = 0x2000;
 const CLIENT_SECURE_CONNECTION: u32 = 0x8000;
+const CLIENT_MULTI_STATEMENTS: u32 = 0x1_0000;
 const CLIENT_MULTI_RESULTS: u32 = 0x2_0000;
 const CLIENT_PLUGIN_AUTH: u32 = 0x8_0000;
 
@@ -166,7 +167,22 @@ pub struct Conn {
 impl Conn {
     /// Connects and logs in (with a 10 s limit on the whole exchange).
     pub async fn connect(target: &Target) -> Result<Conn> {
-        match tokio::time::timeout(Duration::from_secs(10), Conn::connect_inner(target)).await {
+        Conn::connect_with(target, 0).await
+    }
+
+    /// Like [`Conn::connect`], and lets one query carry several statements (`UPDATE ...;
+    /// COMMIT`): their answers are read as one response.
+    pub async fn connect_multi_statements(target: &Target) -> Result<Conn> {
+        Conn::connect_with(target, CLIENT_MULTI_STATEMENTS).await
+    }
+
+    async fn connect_with(target: &Target, extra_caps: u32) -> Result<Conn> {
+        match tokio::time::timeout(
+            Duration::from_secs(10),
+            Conn::connect_inner(target, extra_caps),
+        )
+        .await
+        {
             Ok(r) => r,
             Err(_) => Err(Error::Io(io::Error::new(
                 io::ErrorKind::TimedOut,
@@ -175,7 +191,7 @@ impl Conn {
         }
     }
 
-    async fn connect_inner(target: &Target) -> Result<Conn> {
+    async fn connect_inner(target: &Target, extra_caps: u32) -> Result<Conn> {
         let stream = match &target.socket {
             Some(path) => Transport::Unix(UnixStream::connect(path).await?),
             None => {
@@ -203,7 +219,8 @@ impl Conn {
             | CLIENT_TRANSACTIONS
             | CLIENT_SECURE_CONNECTION
             | CLIENT_MULTI_RESULTS
-            | CLIENT_PLUGIN_AUTH;
+            | CLIENT_PLUGIN_AUTH
+            | extra_caps;
         if !target.db.is_empty() {
             caps |= CLIENT_CONNECT_WITH_DB;
         }
