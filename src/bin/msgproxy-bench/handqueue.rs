@@ -31,17 +31,18 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::messaging::{self, Consumption};
+use crate::messaging::{self, AckForm};
 use crate::passthrough::{admin, exec};
 use crate::report::{fmt_summary, Row, Samples, Unit};
+use crate::throughput::{self, Consumption};
 use crate::wire::{Conn, Error};
 use crate::Ctx;
 
 /// The hand queue's ack wait, as the bench's message tables' `vt_ack_wait` (30 s).
 const ACK_WAIT_NS: i64 = 30_000_000_000;
 
-/// Statements of the hand queue's consumers that were deadlock victims (or timed out waiting
-/// for a lock), retried.
+/// Claims of the hand queue that were deadlock victims (or timed out waiting for a lock),
+/// retried (its acks count among the ACK retries of `messaging`).
 static HAND_RETRIES: AtomicU64 = AtomicU64::new(0);
 
 pub async fn handqueue(ctx: &mut Ctx) -> Result<(), String> {
@@ -70,7 +71,7 @@ pub async fn handqueue(ctx: &mut Ctx) -> Result<(), String> {
                 };
                 let retries0 = messaging::retries();
                 let hand0 = HAND_RETRIES.load(Ordering::Relaxed);
-                let (inserted, acked, cpu) = messaging::throughput_run(
+                let (inserted, acked, cpu) = throughput::throughput_run(
                     ctx,
                     name,
                     &ctx.direct.clone(),
@@ -157,9 +158,10 @@ impl HandConsumers {
         for _ in 0..n {
             let (tx, rx) = mpsc::unbounded_channel();
             let target = ctx.direct.clone();
-            group.ackers.spawn(ack_loop(
+            group.ackers.spawn(messaging::ack_loop(
                 target.clone(),
                 table.to_string(),
+                AckForm::Update,
                 rx,
                 group.acked.clone(),
                 ctx.ack_interval(),
@@ -200,12 +202,6 @@ impl HandConsumers {
     }
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
-}
-
 /// Is this a lock conflict an application retries (deadlock victim, lock wait timeout)?
 fn is_lock_conflict(e: &Error) -> bool {
     matches!(
@@ -240,7 +236,7 @@ async fn claim_loop(
     exec(&mut c, "SET autocommit = 0").await?;
     let mut claimed = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let now = now_ns();
+        let now = messaging::unix_ns();
         // FORCE INDEX as msgproxy's poller does (src/messaging/poll.rs): with acked rows at the
         // NULL end of next_idx the optimizer may prefer ack_idx and a sort.
         let select = format!(
@@ -293,49 +289,4 @@ async fn claim_loop(
     }
     c.quit().await;
     Ok(claimed)
-}
-
-/// Acks what its claim loop claimed, in batches of whatever has arrived meanwhile (at most one
-/// statement per `interval`), as the STREAM consumers' ackers do.
-async fn ack_loop(
-    target: crate::wire::Target,
-    table: String,
-    mut ids: mpsc::UnboundedReceiver<i64>,
-    acked: Arc<AtomicU64>,
-    interval: Duration,
-) -> Result<(), String> {
-    let mut c = Conn::connect(&target)
-        .await
-        .map_err(|e| format!("connect a hand acker: {e}"))?;
-    let mut previous = std::time::Instant::now();
-    let mut batch = Vec::new();
-    while let Some(first) = ids.recv().await {
-        tokio::time::sleep_until((previous + interval).into()).await;
-        previous = std::time::Instant::now();
-        batch.clear();
-        batch.push(first.to_string());
-        while batch.len() < messaging::MAX_ACK_BATCH {
-            match ids.try_recv() {
-                Ok(id) => batch.push(id.to_string()),
-                Err(_) => break,
-            }
-        }
-        let sql = format!(
-            "UPDATE `{table}` SET time_acked = {}, time_next = NULL WHERE id IN ({}) AND time_acked IS NULL",
-            now_ns(),
-            batch.join(",")
-        );
-        let out = loop {
-            match c.query(&sql).await {
-                Ok(out) => break out,
-                Err(e) if is_lock_conflict(&e) => {
-                    HAND_RETRIES.fetch_add(1, Ordering::Relaxed);
-                }
-                Err(e) => return Err(format!("hand ack: {e}")),
-            }
-        };
-        acked.fetch_add(out.affected_rows, Ordering::Relaxed);
-    }
-    c.quit().await;
-    Ok(())
 }

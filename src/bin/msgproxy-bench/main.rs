@@ -16,7 +16,9 @@
 //! - `servers` — the throwaway MariaDB and the msgproxy process; CPU and memory readings.
 //! - `report` — percentiles, medians over repetitions, the table.
 //! - `passthrough` — point SELECTs (text and prepared), one large result, connection set-up.
-//! - `messaging` — end-to-end latency, sustained throughput, a large backlog.
+//! - `messaging` — message tables, producers and `STREAM` consumers; end-to-end latency.
+//! - `throughput` — sustained messaging against the server's own insert rate.
+//! - `backlog` — a large backlog of due rows.
 //! - `handqueue` — msgproxy's queue against one written by hand in SQL on the same server.
 //! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
 
@@ -26,6 +28,7 @@ mod messaging;
 mod passthrough;
 mod report;
 mod servers;
+mod throughput;
 mod wire;
 
 #[cfg(feature = "brokers")]
@@ -420,7 +423,7 @@ async fn run(mut opts: Opts) -> Result<bool, String> {
             "large" => passthrough::large_result(&mut ctx).await,
             "connect" => passthrough::connection_setup(&mut ctx).await,
             "latency" => messaging::latency(&mut ctx).await,
-            "throughput" => messaging::throughput(&mut ctx).await,
+            "throughput" => throughput::throughput(&mut ctx).await,
             "handqueue" => handqueue::handqueue(&mut ctx).await,
             "backlog" => backlog::backlog(&mut ctx).await,
             "brokers" => run_brokers(&mut ctx).await,
