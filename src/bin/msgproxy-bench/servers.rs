@@ -262,31 +262,17 @@ impl CpuSet {
     /// Keeps the calling thread (and the threads and processes it starts from now on) on these
     /// CPUs.
     pub fn pin_current_thread(&self) -> Result<(), String> {
-        // SAFETY: the mask is a live array of the size given.
-        if unsafe { sched_setaffinity(0, std::mem::size_of_val(&self.mask), self.mask.as_ptr()) }
-            != 0
-        {
-            return Err(format!(
-                "cannot keep the bench on CPUs {}: {}",
-                self.text,
-                std::io::Error::last_os_error()
-            ));
-        }
-        Ok(())
+        set_own_affinity(&self.mask)
+            .map_err(|e| format!("cannot keep the bench on CPUs {}: {e}", self.text))
     }
 
     /// Makes `cmd`'s process start on these CPUs.
     fn pin_command(&self, cmd: &mut Command) {
         use std::os::unix::process::CommandExt;
         let mask = self.mask;
-        // SAFETY: sched_setaffinity is a plain system call and touches no memory of the parent.
+        // SAFETY: the closure makes one system call and touches no memory of the parent.
         unsafe {
-            cmd.pre_exec(move || {
-                if sched_setaffinity(0, std::mem::size_of_val(&mask), mask.as_ptr()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || set_own_affinity(&mask));
         }
     }
 }
@@ -295,6 +281,15 @@ impl std::fmt::Display for CpuSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.text)
     }
+}
+
+/// Keeps the calling thread on the CPUs of `mask` (a `cpu_set_t`).
+fn set_own_affinity(mask: &[u64; 16]) -> std::io::Result<()> {
+    // SAFETY: the mask is a live array of the size given.
+    if unsafe { sched_setaffinity(0, std::mem::size_of_val(mask), mask.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 extern "C" {
