@@ -33,6 +33,8 @@
 //!   mid-result and mid-LOAD DATA, one of two proxies SIGKILLed.
 //! - `tls` — TLS between client and proxy, optional and required.
 //! - `listen_socket` — clients on the proxy's own Unix socket (`--listen-socket`).
+//! - `relay_fidelity` — where every shape of response ends (cursor and out-parameter flags,
+//!   errors between results), and a client that vanishes mid-command leaving nothing behind.
 //! - `raw_protocol` — commands mysql_async never sends (COM_INIT_DB, COM_SET_OPTION, cursors with
 //!   COM_STMT_FETCH, ...), byte for byte, with and without CLIENT_DEPRECATE_EOF/SESSION_TRACK.
 
@@ -51,6 +53,7 @@ mod listen_socket;
 mod messaging;
 mod ops;
 mod raw_protocol;
+mod relay_fidelity;
 mod statements;
 mod tls;
 mod types;

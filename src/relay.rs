@@ -7,6 +7,12 @@
 //! arrived in, and the client socket is written whenever the relay would otherwise wait for the
 //! backend, so a never-ending or huge result streams through with bounded memory.
 
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
 use bytes::BytesMut;
 use mysql_common::constants::{CapabilityFlags, StatusFlags};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
@@ -20,6 +26,12 @@ pub enum ResponseKind {
     /// COM_QUERY, COM_STMT_EXECUTE, COM_PROCESS_INFO: one or more results (OK, ERR, result set,
     /// LOCAL INFILE exchange).
     Results,
+    /// COM_STMT_EXECUTE that asked for a read-only cursor: as [`ResponseKind::Results`], except
+    /// that a result set whose column definitions end in an EOF saying a cursor was opened ends
+    /// there (its rows come later, by COM_STMT_FETCH; see `opened_cursor`). Only here can the
+    /// flag mean that: a stored procedure that used a cursor leaves it set in the EOFs of a
+    /// text `CALL`'s results, whose rows follow as usual.
+    CursorResults,
     /// COM_STMT_PREPARE: a prepare-OK followed by parameter and column definitions.
     Prepare,
     /// COM_STMT_FETCH: rows, then EOF/OK.
@@ -56,6 +68,78 @@ pub enum RelayError {
     Backend(std::io::Error),
     #[error("backend sent a malformed response")]
     Protocol,
+    /// The client closed its connection while the backend was still working on its command
+    /// (and had nothing else of it to read): the backend session must end too, as the server
+    /// ends the session of a client that vanishes.
+    #[error("client closed its connection while its command was running")]
+    ClientVanished,
+    /// The relay expected more of the response, but the backend session had finished its
+    /// command and sent nothing more: the relay misread where the response ends.
+    #[error("msgproxy lost track of the server's response (it expected more packets after: {0}); please report this with the statement that caused it")]
+    Confused(String),
+}
+
+/// How long the backend may stay silent in the middle of a response before the relay asks the
+/// server whether the backend session is still working on the command. Silence is normal (a
+/// slow query, `SLEEP`, a lock wait); the question costs one small query per interval, and only
+/// while a response is open and silent.
+pub const STALL_CHECK: Duration = Duration::from_secs(10);
+
+/// After the server says the backend session is idle, how long the relay still waits for the
+/// packets that may be on their way before it gives up on the response.
+const STALL_GRACE: Duration = Duration::from_secs(2);
+
+/// The most a client may have sent ahead (pipelined commands) while its command runs before the
+/// relay stops reading it: reading is only there to notice that the client went away.
+const CLIENT_READ_AHEAD: usize = 64 * 1024;
+
+/// How many of a response's examined packets the relay remembers, to describe a response it
+/// could not follow.
+const TRACE_LEN: usize = 12;
+
+/// A boxed future, for the object-safe [`BackendSessions`].
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Questions about backend sessions that only another connection to the server can answer.
+pub trait BackendSessions: Send + Sync {
+    /// Whether backend session `connection_id` is idle (between commands): `None` when that
+    /// cannot be told (the server unreachable, the session gone).
+    fn is_idle(&self, connection_id: u32) -> BoxFuture<'_, Option<bool>>;
+    /// Ends backend session `connection_id` (`KILL CONNECTION`), whatever it waits for.
+    fn kill(&self, connection_id: u32) -> BoxFuture<'_, ()>;
+}
+
+/// What the relay watches while it waits for the backend mid-response.
+#[derive(Clone, Default)]
+pub struct BackendWatch {
+    /// The backend session's thread id.
+    pub connection_id: u32,
+    /// Where to ask about it; `None` in set-ups without a second connection to the server.
+    pub sessions: Option<Arc<dyn BackendSessions>>,
+    /// Silence before asking ([`STALL_CHECK`]; shorter in tests).
+    pub stall_check: Duration,
+}
+
+impl BackendWatch {
+    pub fn new(connection_id: u32, sessions: Option<Arc<dyn BackendSessions>>) -> BackendWatch {
+        BackendWatch {
+            connection_id,
+            sessions,
+            stall_check: STALL_CHECK,
+        }
+    }
+}
+
+/// One examined packet, for the log of a response the relay could not follow.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    state: State,
+    seq: u8,
+    len: usize,
+    first: Option<u8>,
+    status: Option<u16>,
+    /// Rows or definitions passed through unexamined before this packet.
+    opaque_before: u64,
 }
 
 /// Per-session relay state.
@@ -79,10 +163,20 @@ pub struct Relay {
     pub affected_rows: u64,
     /// The statement id of the last response, when it was a `COM_STMT_PREPARE` answered OK.
     pub prepared_statement: Option<u32>,
+    /// The backend session and how to ask about it while a response is silent.
+    pub watch: BackendWatch,
+    /// The last examined packets of the current response (see [`TRACE_LEN`]).
+    trace: VecDeque<Seen>,
+    /// Rows and definitions passed through since the last examined packet.
+    opaque_count: u64,
 }
 
 impl Relay {
-    pub fn new(session_capabilities: CapabilityFlags, initial_status: u16) -> Relay {
+    pub fn new(
+        session_capabilities: CapabilityFlags,
+        initial_status: u16,
+        watch: BackendWatch,
+    ) -> Relay {
         Relay {
             deprecate_eof: session_capabilities.contains(CapabilityFlags::CLIENT_DEPRECATE_EOF),
             status: initial_status,
@@ -91,6 +185,9 @@ impl Relay {
             failed: false,
             affected_rows: 0,
             prepared_statement: None,
+            watch,
+            trace: VecDeque::with_capacity(TRACE_LEN),
+            opaque_count: 0,
         }
     }
 
@@ -146,8 +243,9 @@ impl Relay {
         C: AsyncRead + AsyncWrite + Unpin,
         B: AsyncRead + AsyncWrite + Unpin,
     {
+        let cursor = kind == ResponseKind::CursorResults;
         let mut state = match kind {
-            ResponseKind::Results => State::FirstOfResult,
+            ResponseKind::Results | ResponseKind::CursorResults => State::FirstOfResult,
             ResponseKind::Prepare => State::PrepareOk,
             ResponseKind::Rows => State::Rows,
             ResponseKind::FieldList => State::FieldList,
@@ -156,6 +254,8 @@ impl Relay {
         self.failed = false;
         self.affected_rows = 0;
         self.prepared_statement = None;
+        self.trace.clear();
+        self.opaque_count = 0;
         // Bytes ready for the client, written before any wait on the backend.
         let mut pending = BytesMut::new();
         // Bytes of the current packet still to pass through unexamined.
@@ -167,7 +267,7 @@ impl Relay {
             if skip > 0 {
                 if backend.buffered().is_empty() {
                     flush(client, &mut pending).await?;
-                    fill(backend).await?;
+                    self.wait_for_backend(client, backend, 1, state).await?;
                 }
                 let chunk = backend.take_buffered(skip);
                 skip -= chunk.len();
@@ -183,10 +283,12 @@ impl Relay {
             }
             if backend.buffered().len() < HEADER_LEN + 1 {
                 flush(client, &mut pending).await?;
-                fill_at_least(backend, HEADER_LEN).await?;
+                self.wait_for_backend(client, backend, HEADER_LEN, state)
+                    .await?;
                 let (len, _) = parse_header(backend.buffered());
                 if len > 0 {
-                    fill_at_least(backend, HEADER_LEN + 1).await?;
+                    self.wait_for_backend(client, backend, HEADER_LEN + 1, state)
+                        .await?;
                 }
             }
             let (len, mut seq) = parse_header(backend.buffered());
@@ -204,16 +306,19 @@ impl Relay {
             let first = backend.buffered().get(HEADER_LEN).copied();
             if !needs_whole_packet(state, first, len) {
                 // A row or definition: count it and let it through.
+                self.opaque_count += 1;
                 state = self.after_opaque_packet(state);
                 skip = HEADER_LEN + len;
                 continue;
             }
             if backend.buffered().len() < HEADER_LEN + len {
                 flush(client, &mut pending).await?;
-                fill_at_least(backend, HEADER_LEN + len).await?;
+                self.wait_for_backend(client, backend, HEADER_LEN + len, state)
+                    .await?;
             }
             let raw = backend.take_buffered(HEADER_LEN + len);
-            let next = self.after_examined_packet(state, &raw[HEADER_LEN..])?;
+            self.remember(state, seq, &raw[HEADER_LEN..]);
+            let next = self.after_examined_packet(state, &raw[HEADER_LEN..], cursor)?;
             pending.unsplit(raw);
             if state == State::FirstOfResult && first == Some(wire::LOCAL_INFILE_HEADER) {
                 // The server asked for a local file: pass the request on, then the file's packets
@@ -223,6 +328,124 @@ impl Relay {
             }
             state = next;
         }
+    }
+
+    /// Waits until at least `n` bytes of the backend's response are buffered. Meanwhile watches
+    /// the client: a client that closes its connection mid-command (with nothing sent ahead)
+    /// ends the wait with [`RelayError::ClientVanished`]. And after [`BackendWatch::stall_check`]
+    /// of silence, asks the server whether the backend session is still working on the command:
+    /// if it has finished and nothing more arrives, the relay has misread the response, and says
+    /// so ([`RelayError::Confused`]) instead of waiting for ever.
+    async fn wait_for_backend<C, B>(
+        &mut self,
+        client: &mut PacketReader<C>,
+        backend: &mut PacketReader<B>,
+        n: usize,
+        state: State,
+    ) -> Result<(), RelayError>
+    where
+        C: AsyncRead + AsyncWrite + Unpin,
+        B: AsyncRead + Unpin,
+    {
+        // Whether the client may still be read: it stops once it has sent something ahead
+        // (pipelined commands, or a command and then its close, which the server would see as
+        // data, not as a vanished client) or past the read-ahead bound.
+        let mut watch_client = client.buffered().is_empty();
+        let mut silent_since = tokio::time::Instant::now();
+        let mut idle_seen = false;
+        while backend.buffered().len() < n {
+            let check_at = silent_since
+                + if idle_seen {
+                    STALL_GRACE
+                } else {
+                    self.watch.stall_check
+                };
+            let probing = self.watch.sessions.is_some();
+            tokio::select! {
+                // The backend first: when its bytes are there, nothing else is even polled.
+                biased;
+                read = backend.fill() => match read {
+                    Ok(0) => {
+                        return Err(RelayError::Backend(std::io::ErrorKind::UnexpectedEof.into()))
+                    }
+                    Ok(_) => {
+                        silent_since = tokio::time::Instant::now();
+                        idle_seen = false;
+                    }
+                    Err(e) => return Err(RelayError::Backend(e)),
+                },
+                read = client.fill(), if watch_client => match read {
+                    Ok(0) | Err(_) if client.buffered().is_empty() => {
+                        return Err(RelayError::ClientVanished)
+                    }
+                    Ok(0) | Err(_) => watch_client = false,
+                    Ok(_) => watch_client = client.buffered().len() < CLIENT_READ_AHEAD,
+                },
+                _ = tokio::time::sleep_until(check_at), if probing => {
+                    let Some(sessions) = self.watch.sessions.clone() else { continue };
+                    match sessions.is_idle(self.watch.connection_id).await {
+                        Some(true) if idle_seen => {
+                            let trace = self.describe_trace(state, backend.buffered());
+                            tracing::error!(
+                                connection = self.watch.connection_id,
+                                "the relay expected more of a response the server has finished; packets: {trace}"
+                            );
+                            return Err(RelayError::Confused(trace));
+                        }
+                        Some(true) => idle_seen = true,
+                        _ => idle_seen = false,
+                    }
+                    silent_since = tokio::time::Instant::now();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes an examined packet for [`Relay::describe_trace`].
+    fn remember(&mut self, state: State, seq: u8, payload: &[u8]) {
+        if self.trace.len() == TRACE_LEN {
+            self.trace.pop_front();
+        }
+        self.trace.push_back(Seen {
+            state,
+            seq,
+            len: payload.len(),
+            first: payload.first().copied(),
+            status: wire::status_flags(payload),
+            opaque_before: std::mem::take(&mut self.opaque_count),
+        });
+    }
+
+    /// The packets of the current response the relay examined last, and where it is now: what a
+    /// log needs to show why the relay expected more. Never the packets' contents (they may hold
+    /// data), only their shape.
+    fn describe_trace(&self, state: State, unread: &[u8]) -> String {
+        let mut out = String::new();
+        for seen in &self.trace {
+            if seen.opaque_before > 0 {
+                out.push_str(&format!(
+                    "{} row/definition packet(s); ",
+                    seen.opaque_before
+                ));
+            }
+            out.push_str(&format!(
+                "[seq {} len {} first {} status {}] in {:?}; ",
+                seen.seq,
+                seen.len,
+                seen.first.map_or("-".to_string(), |b| format!("{b:#04x}")),
+                seen.status.map_or("-".to_string(), |s| format!("{s:#06x}")),
+                seen.state,
+            ));
+        }
+        if self.opaque_count > 0 {
+            out.push_str(&format!("{} row/definition packet(s); ", self.opaque_count));
+        }
+        out.push_str(&format!(
+            "now in {state:?} with {} byte(s) unread",
+            unread.len()
+        ));
+        out
     }
 
     /// The state after a packet that was passed through without being examined.
@@ -247,7 +470,12 @@ impl Relay {
     }
 
     /// The state after a packet the relay had to read whole.
-    fn after_examined_packet(&mut self, state: State, payload: &[u8]) -> Result<State, RelayError> {
+    fn after_examined_packet(
+        &mut self,
+        state: State,
+        payload: &[u8],
+        cursor: bool,
+    ) -> Result<State, RelayError> {
         let first = payload.first().copied();
         if first == Some(wire::ERR_HEADER) {
             // An error ends the whole response, including any further results.
@@ -276,8 +504,9 @@ impl Relay {
             State::EofAfterColumns => {
                 let status = wire::status_flags(payload).ok_or(RelayError::Protocol)?;
                 self.status = status;
-                if status & StatusFlags::SERVER_STATUS_CURSOR_EXISTS.bits() != 0 {
-                    // COM_STMT_EXECUTE with a cursor: rows come later, through COM_STMT_FETCH.
+                if cursor && opened_cursor(status) {
+                    // COM_STMT_EXECUTE that opened a cursor: rows come later, through
+                    // COM_STMT_FETCH.
                     State::Done
                 } else {
                     State::Rows
@@ -329,6 +558,16 @@ impl Relay {
     }
 }
 
+/// Whether the EOF after a cursor-requesting execute's column definitions says the server opened
+/// the cursor. SERVER_STATUS_CURSOR_EXISTS alone does not: a prepared `CALL` (for which the
+/// server opens no cursor, whatever the client asked) of a procedure that used a cursor leaves
+/// the flag set in its results, whose rows then follow. Those results carry
+/// SERVER_MORE_RESULTS_EXISTS (the CALL's own OK comes last); a cursor's result is the only one.
+fn opened_cursor(status: u16) -> bool {
+    status & StatusFlags::SERVER_STATUS_CURSOR_EXISTS.bits() != 0
+        && status & StatusFlags::SERVER_MORE_RESULTS_EXISTS.bits() == 0
+}
+
 fn prepare_columns(columns: u64) -> State {
     if columns > 0 {
         State::PrepareColumns { left: columns }
@@ -366,23 +605,6 @@ async fn flush<C: AsyncWrite + Unpin>(
     // Dropping our handle lets the backend buffer reuse this memory.
     *pending = BytesMut::new();
     Ok(())
-}
-
-async fn fill<B: AsyncRead + Unpin>(backend: &mut PacketReader<B>) -> Result<(), RelayError> {
-    match backend.fill().await {
-        Ok(0) => Err(RelayError::Backend(
-            std::io::ErrorKind::UnexpectedEof.into(),
-        )),
-        Ok(_) => Ok(()),
-        Err(e) => Err(RelayError::Backend(e)),
-    }
-}
-
-async fn fill_at_least<B: AsyncRead + Unpin>(
-    backend: &mut PacketReader<B>,
-    n: usize,
-) -> Result<(), RelayError> {
-    backend.fill_to(n).await.map_err(RelayError::Backend)
 }
 
 /// Streams a LOCAL INFILE upload from the client to the backend: physical packets up to and
@@ -483,7 +705,7 @@ mod tests {
         });
         let mut backend = PacketReader::new(backend_side);
         let mut client = PacketReader::new(client_side);
-        let mut relay = Relay::new(caps, 0);
+        let mut relay = Relay::new(caps, 0, BackendWatch::default());
         relay
             .forward_response(kind, &mut client, &mut backend)
             .await
@@ -620,9 +842,160 @@ mod tests {
     #[tokio::test]
     async fn cursor_execute_ends_after_column_definitions() {
         let bytes = response(&[vec![1], column_def("a"), eof(0x0040)]);
-        let (got, _, rest) = relay_default(&bytes).await;
+        let (got, _, rest) = relay(
+            CapabilityFlags::empty(),
+            ResponseKind::CursorResults,
+            &bytes,
+            b"next",
+        )
+        .await;
         assert_eq!(got, bytes.to_vec());
         assert_eq!(rest, b"next");
+    }
+
+    #[tokio::test]
+    async fn cursor_asked_for_but_not_opened_sends_its_rows() {
+        // The server opens no cursor for some statements (a CALL, SHOW ...): rows follow.
+        let bytes = response(&[
+            vec![1],
+            column_def("a"),
+            eof(0x0002),
+            text_row(&[b"1"]),
+            eof(0x0002),
+        ]);
+        let (got, _, rest) = relay(
+            CapabilityFlags::empty(),
+            ResponseKind::CursorResults,
+            &bytes,
+            b"next",
+        )
+        .await;
+        assert_eq!(got, bytes.to_vec());
+        assert_eq!(rest, b"next");
+    }
+
+    /// A text `CALL` of a procedure that used a cursor: the server leaves
+    /// SERVER_STATUS_CURSOR_EXISTS set in the EOFs of its results (MariaDB sends 0x00e9); the
+    /// rows and the final OK still follow (this hung: main.sp-anchor-row-type-cursor).
+    #[tokio::test]
+    async fn cursor_flag_in_a_text_result_does_not_end_it() {
+        let bytes = response(&[
+            vec![1],
+            column_def("c"),
+            eof(0x00e9),
+            text_row(&[b"c"]),
+            eof(0x00e9),
+            ok_packet(0, 0, 0x0002, 0).to_vec(),
+        ]);
+        let (got, relay, rest) = relay_default(&bytes).await;
+        assert_eq!(got, bytes.to_vec());
+        assert_eq!(relay.status, 0x0002);
+        assert_eq!(rest, b"next");
+    }
+
+    /// The same through a prepared CALL that asked for a cursor: the server opens none for a
+    /// CALL, and the leaked flag comes with SERVER_MORE_RESULTS_EXISTS.
+    #[tokio::test]
+    async fn cursor_flag_in_a_prepared_calls_result_does_not_end_it() {
+        let bytes = response(&[
+            vec![1],
+            column_def("c"),
+            eof(0x00e9),
+            text_row(&[b"c"]),
+            eof(0x00e9),
+            ok_packet(0, 0, 0x0002, 0).to_vec(),
+        ]);
+        let (got, relay, rest) = relay(
+            CapabilityFlags::empty(),
+            ResponseKind::CursorResults,
+            &bytes,
+            b"next",
+        )
+        .await;
+        assert_eq!(got, bytes.to_vec());
+        assert_eq!(relay.status, 0x0002);
+        assert_eq!(rest, b"next");
+    }
+
+    /// A fake of the server's answers about one session, for the stall check's timing.
+    struct AlwaysIdle;
+
+    impl BackendSessions for AlwaysIdle {
+        fn is_idle(&self, _: u32) -> BoxFuture<'_, Option<bool>> {
+            Box::pin(async { Some(true) })
+        }
+        fn kill(&self, _: u32) -> BoxFuture<'_, ()> {
+            Box::pin(async {})
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_the_relay_cannot_end_is_reported_not_waited_for() {
+        // Column definitions promised, one sent, and then nothing: the server (says the
+        // fake) is idle, so the relay has misread the response.
+        let bytes = response(&[vec![2], column_def("a")]);
+        let (mut peer, side) = tokio::io::duplex(1 << 16);
+        peer.write_all(&bytes).await.unwrap();
+        let (client_side, _client_peer) = tokio::io::duplex(1 << 16);
+        let mut backend = PacketReader::new(side);
+        let mut client = PacketReader::new(client_side);
+        let watch = BackendWatch {
+            connection_id: 7,
+            sessions: Some(Arc::new(AlwaysIdle)),
+            stall_check: Duration::from_secs(1),
+        };
+        let err = Relay::new(CapabilityFlags::empty(), 0, watch)
+            .forward_response(ResponseKind::Results, &mut client, &mut backend)
+            .await
+            .unwrap_err();
+        match err {
+            RelayError::Confused(trace) => {
+                assert!(trace.contains("ColumnDefs"), "{trace}");
+                assert!(trace.contains("first 0x02"), "{trace}");
+            }
+            other => panic!("expected Confused, got {other:?}"),
+        }
+        drop(peer);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_vanishes_mid_command_ends_the_wait() {
+        let (_peer, side) = tokio::io::duplex(1 << 16);
+        let (client_side, client_peer) = tokio::io::duplex(1 << 16);
+        drop(client_peer);
+        let mut backend = PacketReader::new(side);
+        let mut client = PacketReader::new(client_side);
+        let err = Relay::new(CapabilityFlags::empty(), 0, BackendWatch::default())
+            .forward_response(ResponseKind::Results, &mut client, &mut backend)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RelayError::ClientVanished), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_sent_ahead_and_closed_still_gets_its_command_run() {
+        // The server would see data waiting, not a vanished client: the command finishes.
+        let (mut peer, side) = tokio::io::duplex(1 << 16);
+        let (client_side, mut client_peer) = tokio::io::duplex(1 << 16);
+        client_peer
+            .write_all(b"\x01\x00\x00\x00\x01")
+            .await
+            .unwrap();
+        client_peer.shutdown().await.unwrap();
+        let mut backend = PacketReader::new(side);
+        let mut client = PacketReader::new(client_side);
+        let answer = response(&[ok_packet(0, 0, 2, 0).to_vec()]);
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            peer.write_all(&answer).await.unwrap();
+            peer
+        });
+        Relay::new(CapabilityFlags::empty(), 0, BackendWatch::default())
+            .forward_response(ResponseKind::Results, &mut client, &mut backend)
+            .await
+            .unwrap();
+        assert_eq!(client.buffered(), b"\x01\x00\x00\x00\x01");
+        let _peer = writer.await.unwrap();
     }
 
     #[tokio::test]
@@ -634,7 +1007,7 @@ mod tests {
         let (client_side, _client_peer) = tokio::io::duplex(1 << 16);
         let mut backend = PacketReader::new(side);
         let mut client = PacketReader::new(client_side);
-        let err = Relay::new(CapabilityFlags::empty(), 0)
+        let err = Relay::new(CapabilityFlags::empty(), 0, BackendWatch::default())
             .forward_response(ResponseKind::Results, &mut client, &mut backend)
             .await
             .unwrap_err();

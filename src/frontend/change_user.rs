@@ -138,6 +138,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 self.relay = Relay::new(
                     self.capabilities,
                     wire::status_flags(&ok).unwrap_or(self.relay.status),
+                    self.relay.watch.clone(),
                 );
                 self.user = user;
                 self.current_db = CurrentDb::named(request.database);

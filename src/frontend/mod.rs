@@ -1,6 +1,7 @@
 //! The front door: the accept loop (connection limit, back-off on accept errors, graceful
 //! shutdown) and, in submodules, everything one client session does.
 
+mod backend_sessions;
 mod change_user;
 mod interrupts;
 mod login;
@@ -43,6 +44,9 @@ pub struct Context {
     pub socket_literal: Vec<u8>,
     /// How clients are turned away at connect (1040, 1429).
     pub refusals: refusal::Refusals,
+    /// Where a session's relay asks about its backend connection (is it idle? end it), when
+    /// there is an engine to ask through.
+    pub backend_sessions: Option<Arc<dyn crate::relay::BackendSessions>>,
     implicit_root: User,
 }
 
@@ -56,7 +60,12 @@ impl Context {
         let socket_literal = crate::sql::socket_literal(config.listen_socket.as_deref());
         let refusals =
             refusal::Refusals::new(tls.clone(), config.handshake_timeout, refusal::MAX_GREETING);
+        let backend_sessions = engine.as_ref().map(|engine| {
+            Arc::new(backend_sessions::PoolSessions::new(engine.pool()))
+                as Arc<dyn crate::relay::BackendSessions>
+        });
         Ok(Context {
+            backend_sessions,
             refusals,
             socket_literal,
             config,

@@ -13,7 +13,7 @@ use crate::backend::Backend;
 use crate::protocol::commands::*;
 use crate::protocol::packet::{parse_header, write_packet, PacketReader, HEADER_LEN, MAX_PAYLOAD};
 use crate::protocol::wire::{self, ErrorPacket};
-use crate::relay::{Relay, RelayError, ResponseKind};
+use crate::relay::{BackendWatch, Relay, RelayError, ResponseKind};
 use crate::sql::{self, Action};
 
 /// The most of one statement (COM_QUERY) the proxy joins in memory to read it whole: what
@@ -127,6 +127,12 @@ pub(super) enum SessionEnd {
     BackendRefused(std::io::Error),
     #[error("backend sent a malformed response")]
     Protocol,
+    /// The client went away while its command ran: the backend session is ended too.
+    #[error("client closed its connection while its command was running")]
+    ClientVanished,
+    /// The relay misread where a response ends (see `RelayError::Confused`).
+    #[error("{0}")]
+    Confused(String),
     #[error("proxy shutting down")]
     Shutdown,
 }
@@ -137,6 +143,8 @@ impl From<RelayError> for SessionEnd {
             RelayError::Client(e) => SessionEnd::Client(e),
             RelayError::Backend(e) => SessionEnd::Backend(e),
             RelayError::Protocol => SessionEnd::Protocol,
+            RelayError::ClientVanished => SessionEnd::ClientVanished,
+            e @ RelayError::Confused(_) => SessionEnd::Confused(e.to_string()),
         }
     }
 }
@@ -154,11 +162,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         peer: super::Peer,
         database: Option<&[u8]>,
     ) -> Self {
+        let watch = BackendWatch::new(backend.greeting.connection_id, ctx.backend_sessions.clone());
         Session {
             ctx,
             client,
             backend,
-            relay: Relay::new(capabilities, status),
+            relay: Relay::new(capabilities, status, watch),
             capabilities,
             current_db: CurrentDb::named(database.unwrap_or_default()),
             multi_statements: capabilities.contains(CapabilityFlags::CLIENT_MULTI_STATEMENTS),
@@ -190,6 +199,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 self.backend.quit().await;
                 return;
             }
+            SessionEnd::ClientVanished => {
+                debug!(%peer, "session ended: {end}");
+                // As the server does for a client of its own that vanishes: the session ends,
+                // and with it its locks and open transaction.
+                self.end_backend_session().await;
+            }
+            SessionEnd::Confused(_) => {
+                self.ctx
+                    .metrics
+                    .backend_error(crate::metrics::BackendErrorKind::Lost);
+                warn!(%peer, user = %self.user, "session ended: {end}");
+                let err = ErrorPacket::new(
+                    ER_NET_READ_ERROR,
+                    "08S01",
+                    format!("{end}; msgproxy has closed this session, reconnect to continue"),
+                );
+                let _ = write_packet(
+                    self.client.get_mut(),
+                    self.relay.next_seq,
+                    &err.encode(true),
+                )
+                .await;
+                // The command may still be running there: it must not outlive the session.
+                self.end_backend_session().await;
+            }
             SessionEnd::Backend(_) | SessionEnd::Protocol => {
                 self.ctx
                     .metrics
@@ -216,6 +250,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
         }
         let _ = self.client.get_mut().shutdown().await;
+    }
+
+    /// Ends the backend session while a command may still run there: closing the connection ends
+    /// most waits (the server checks its socket in `SLEEP`, `GET_LOCK`, ...), `KILL CONNECTION`
+    /// the rest (a row lock wait, a long statement).
+    async fn end_backend_session(&mut self) {
+        let connection = self.relay.watch.connection_id;
+        let _ = self.backend.conn.get_mut().shutdown().await;
+        if let Some(sessions) = self.relay.watch.sessions.clone() {
+            sessions.kill(connection).await;
+        }
     }
 
     async fn command_loop(&mut self) -> SessionEnd {
@@ -402,7 +447,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     }
                     _ => None,
                 };
-                self.relay_command(&raw, ResponseKind::Results).await?;
+                // The flags byte after the statement id: CURSOR_TYPE_READ_ONLY (1) is the one
+                // the server opens a cursor for.
+                let kind = match payload.get(5) {
+                    Some(flags) if command == COM_STMT_EXECUTE && flags & 1 != 0 => {
+                        ResponseKind::CursorResults
+                    }
+                    _ => ResponseKind::Results,
+                };
+                self.relay_command(&raw, kind).await?;
                 // The server accepted the KILL: a stream on that connection through this proxy
                 // ends, as after a text `KILL QUERY`.
                 if let Some(connection) = kill.filter(|_| !self.relay.failed) {

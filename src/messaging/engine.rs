@@ -110,6 +110,12 @@ impl Engine {
         }
     }
 
+    /// The engine's connection pool (the proxy's own backend user), for the few questions the
+    /// sessions must ask of the server on another connection (`frontend::backend_sessions`).
+    pub fn pool(&self) -> Pool {
+        self.pool.clone()
+    }
+
     /// Set by the binlog watcher whenever its mode changes.
     pub fn set_binlog_following(&self, following: bool) {
         self.binlog_following.store(following, Ordering::Release);

@@ -1,0 +1,62 @@
+//! Questions about a session's backend connection that only another connection to the server
+//! can answer (is it still running its command?) and the one action only another connection can
+//! take (end it whatever it waits for): through the message engine's pool, logged in as the
+//! proxy's own backend user, which every backend session is.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::Pool;
+use tracing::debug;
+
+use crate::relay::{BackendSessions, BoxFuture};
+
+/// [`BackendSessions`] over a `mysql_async` pool.
+pub struct PoolSessions {
+    pool: Pool,
+}
+
+impl PoolSessions {
+    pub fn new(pool: Pool) -> PoolSessions {
+        PoolSessions { pool }
+    }
+}
+
+impl BackendSessions for PoolSessions {
+    fn is_idle(&self, connection_id: u32) -> BoxFuture<'_, Option<bool>> {
+        Box::pin(async move {
+            let mut conn = self.pool.get_conn().await.ok()?;
+            let command: Option<String> = conn
+                .exec_first(
+                    "SELECT COMMAND FROM information_schema.PROCESSLIST WHERE ID = ?",
+                    (connection_id,),
+                )
+                .await
+                .ok()?;
+            // `Sleep`: between commands. Anything else (Query, Execute, Fetch, Killed, ...)
+            // is work the server may still answer.
+            command.map(|c| c.eq_ignore_ascii_case("Sleep"))
+        })
+    }
+
+    fn kill(&self, connection_id: u32) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let result = async {
+                let mut conn = self.pool.get_conn().await?;
+                conn.query_drop(format!("KILL CONNECTION {connection_id}"))
+                    .await
+            }
+            .await;
+            match result {
+                Ok(()) => debug!(
+                    connection_id,
+                    "ended the backend session of a vanished client"
+                ),
+                // 1094: the server had ended it already (it noticed the closed socket).
+                Err(mysql_async::Error::Server(e)) if e.code == 1094 => {}
+                Err(e) => debug!(
+                    connection_id,
+                    "could not end the backend session of a vanished client: {e}"
+                ),
+            }
+        })
+    }
+}
