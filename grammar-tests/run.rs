@@ -290,16 +290,18 @@ fn parse_expect(value: &str) -> Result<ExpectLine, String> {
     let action = match kind {
         "relay" => Action::Relay,
         "virtual" => Action::Virtual,
-        "error" => return match argument {
-            Some(code) if code == SyntaxError::CODE.to_string() => {
-                Ok(ExpectLine::SyntaxError(SyntaxError::CODE))
-            }
-            Some("1235") => Ok(ExpectLine::SyntaxError(1235)),
-            _ => Err(format!(
+        "error" => {
+            return match argument {
+                Some(code) if code == SyntaxError::CODE.to_string() => {
+                    Ok(ExpectLine::SyntaxError(SyntaxError::CODE))
+                }
+                Some("1235") => Ok(ExpectLine::SyntaxError(1235)),
+                _ => Err(format!(
                 "`expect: {value}`: the parsers give `error {}` or (stream filters) `error 1235`",
                 SyntaxError::CODE
             )),
-        },
+            }
+        }
         _ => {
             return Err(format!(
                 "`expect: {value}`: expected `relay <keyword>`, `virtual <keyword>` or `error 1064`"

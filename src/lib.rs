@@ -26,3 +26,4 @@ pub mod messaging;
 pub mod metrics;
 pub mod protocol;
 pub mod relay;
+pub mod streams;

@@ -1,0 +1,19 @@
+//! Event streams (docs/STREAMS.md): a table's committed inserts, in commit order, read by any
+//! number of consumer groups from the binlog; msgproxy never writes to the table.
+//!
+//! - `options.rs` — the `msgproxy_stream` table comment;
+//! - `registry.rs` — the stream tables, loaded from `information_schema`;
+//! - `reader.rs` — a group's own binlog reader: committed inserts of one table as events, with
+//!   their event ids;
+//! - `encode.rs` — a binlog value as the text protocol sends it;
+//! - `filter.rs` — a group's `WHERE` filter over an event's values;
+//! - `group.rs` — one group's delivery state without I/O (position, acked, in flight);
+//! - `store.rs` — the groups' durable progress and leases in msgproxy's own table;
+//! - `engine.rs` — the groups this proxy serves: one task each, reading, delivering, saving;
+//! - `serve.rs` — one `STREAM ... GROUP` on a client session.
+
+pub mod encode;
+pub mod filter;
+pub mod group;
+pub mod options;
+pub mod reader;
