@@ -52,5 +52,6 @@ mod messaging;
 mod ops;
 mod raw_protocol;
 mod statements;
+mod streams;
 mod tls;
 mod types;

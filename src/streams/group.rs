@@ -274,6 +274,11 @@ impl GroupState {
         self.held.remove(&stream);
     }
 
+    /// Saves again at the next chance (the last save failed).
+    pub fn mark_dirty(&mut self) {
+        self.dirty = true;
+    }
+
     /// The durable part, if it changed since the last call.
     pub fn take_progress(&mut self) -> Option<Progress> {
         if !std::mem::take(&mut self.dirty) {

@@ -13,7 +13,12 @@
 //! - `serve.rs` — one `STREAM ... GROUP` on a client session.
 
 pub mod encode;
+pub mod engine;
 pub mod filter;
 pub mod group;
+pub mod locate;
 pub mod options;
 pub mod reader;
+pub mod registry;
+pub mod serve;
+pub mod store;

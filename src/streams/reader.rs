@@ -556,7 +556,7 @@ mod tests {
         assert_eq!(seq_no_of(event_id(123, 99_999)), 123);
         assert_eq!(event_id(MAX_SEQ_NO, MAX_ROWS_PER_TRANSACTION - 1), u64::MAX);
         // A 100,000-row transaction fits with room to spare.
-        assert!(100_000 < MAX_ROWS_PER_TRANSACTION);
+        const { assert!(100_000 < MAX_ROWS_PER_TRANSACTION) };
     }
 
     #[test]

@@ -1,0 +1,1 @@
+//! Durability: restarts, takeovers, replay.
