@@ -1,1 +1,163 @@
-//! Durability: restarts, takeovers, replay.
+//! Durability: a proxy killed and restarted, a group taken over by another proxy, replay from
+//! `START EARLIEST` / `AT TIMESTAMP` / `AT EVENT` and `SEEK`, `DROP GROUP`.
+
+use std::collections::BTreeSet;
+
+use super::*;
+use crate::messaging::harness::ids;
+
+/// Acks `msgs` through `port` and gives the proxy time to make the acks durable (within 100 ms).
+async fn ack_all(env: &Env, port: u16, group: &str, msgs: &[Msg]) {
+    let mut c = crate::messaging::harness::connect(port, &env.db).await;
+    let n = ack(&mut c, "orders_events", group, &ids(msgs)).await;
+    assert_eq!(n as usize, msgs.len());
+    let _ = c.disconnect().await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+}
+
+#[tokio::test]
+async fn a_killed_proxy_resumes_the_group_with_nothing_skipped() {
+    let env = Env::new("evs_restart").await;
+    env.ddl(&orders_events(",ack_wait=60")).await;
+    let mut s = stream(&env, "* FROM orders_events GROUP 'g'").await;
+    let first = insert_direct(&env, 30, 7, "a").await;
+    let got = s.recv_n(30, secs(20)).await;
+    assert_eq!(row_ids(&got), first);
+    ack_all(&env, env.proxy.port(), "g", &got[..10]).await;
+    env.proxy.kill();
+    s.close();
+    // Written while no proxy runs.
+    let second = insert_direct(&env, 20, 3, "b").await;
+    env.proxy.restart();
+    // The dead proxy's lease runs out (10 s), then the group goes on from its durable position:
+    // the 20 unacked events and the 20 new ones, none of the acked.
+    let mut s = stream(&env, "* FROM orders_events GROUP 'g'").await;
+    let again = s.recv_n(40, secs(40)).await;
+    let rows: BTreeSet<i64> = row_ids(&again).into_iter().collect();
+    let expected: BTreeSet<i64> = first[10..].iter().chain(&second).copied().collect();
+    assert_eq!(rows, expected, "every unacked event, nothing acked");
+    // Event ids are the same after the restart.
+    let before: Vec<i64> = ids(&got[10..]);
+    let after: Vec<i64> = ids(&again[..20]);
+    assert_eq!(before, after);
+    s.expect_quiet(secs(1), "nothing more").await;
+    s.close();
+}
+
+#[tokio::test]
+async fn another_proxy_takes_the_group_over_when_the_serving_one_dies() {
+    let env = Env::new("evs_takeover").await;
+    env.ddl(&orders_events(",ack_wait=60")).await;
+    let other = env.second_proxy();
+    let mut a = stream(&env, "* FROM orders_events GROUP 'g'").await;
+    // The second proxy's stream joins the group and waits: the first proxy serves it.
+    let mut b = stream_on(&env, other.port(), "* FROM orders_events GROUP 'g'").await;
+    let first = insert_direct(&env, 10, 5, "a").await;
+    let got = a.recv_n(10, secs(20)).await;
+    assert_eq!(row_ids(&got), first);
+    b.expect_quiet(secs(1), "the group is served by the first proxy")
+        .await;
+    ack_all(&env, env.proxy.port(), "g", &got[..4]).await;
+    // An ACK through the proxy that does not serve the group says which one does.
+    let mut c = crate::messaging::harness::connect(other.port(), &env.db).await;
+    let refused = exec(
+        &mut c,
+        &format!("ACK orders_events GROUP 'g' {}", got[5].id),
+    )
+    .await
+    .expect_err("not served here");
+    assert!(format!("{refused:?}").contains("served by"), "{refused:?}");
+    env.proxy.kill();
+    a.close();
+    let second = insert_direct(&env, 5, 5, "b").await;
+    let taken = b.recv_n(11, secs(40)).await;
+    let rows: BTreeSet<i64> = row_ids(&taken).into_iter().collect();
+    let expected: BTreeSet<i64> = first[4..].iter().chain(&second).copied().collect();
+    assert_eq!(rows, expected);
+    b.close();
+}
+
+#[tokio::test]
+async fn replay_from_earliest_a_timestamp_an_event_and_seek() {
+    let env = Env::new("evs_replay").await;
+    env.ddl(&orders_events("")).await;
+    let first = insert_direct(&env, 5, 5, "a").await;
+    // One second later on the server's clock: batch two commits at or after `cut`.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut c = env.direct_conn().await;
+    let cut: String =
+        mysql_async::prelude::Queryable::query_first(&mut c, "SELECT CAST(NOW() AS CHAR)")
+            .await
+            .unwrap()
+            .unwrap();
+    let _ = c.disconnect().await;
+    let second = insert_direct(&env, 5, 5, "b").await;
+
+    let mut early = stream(&env, "* FROM orders_events GROUP 'early' START EARLIEST").await;
+    let all = early.recv_n(10, secs(20)).await;
+    assert_eq!(row_ids(&all), [first.clone(), second.clone()].concat());
+
+    let mut late = stream(
+        &env,
+        &format!("* FROM orders_events GROUP 'late' START AT TIMESTAMP '{cut}'"),
+    )
+    .await;
+    assert_eq!(row_ids(&late.recv_n(5, secs(20)).await), second);
+    late.expect_quiet(secs(1), "nothing before the timestamp")
+        .await;
+
+    let third_id = all[2].id;
+    let mut from_event = stream(
+        &env,
+        &format!("* FROM orders_events GROUP 'from3' START AT EVENT {third_id}"),
+    )
+    .await;
+    let got = from_event.recv_n(8, secs(20)).await;
+    assert_eq!(ids(&got), ids(&all[2..]));
+
+    // SEEK an acked group back to the start: everything again.
+    ack_all(&env, env.proxy.port(), "early", &all).await;
+    early.expect_quiet(secs(1), "all acked").await;
+    let mut p = env.proxy_conn().await;
+    exec(&mut p, "SEEK orders_events GROUP 'early' TO EARLIEST")
+        .await
+        .unwrap();
+    assert_eq!(ids(&early.recv_n(10, secs(20)).await), ids(&all));
+    exec(
+        &mut p,
+        &format!("SEEK orders_events GROUP 'early' TO EVENT {}", all[7].id),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ids(&early.recv_n(3, secs(20)).await), ids(&all[7..]));
+
+    // DROP GROUP ends its streams and forgets it.
+    assert_eq!(
+        exec(&mut p, "DROP GROUP 'late' ON orders_events")
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        exec(&mut p, "DROP GROUP 'late' ON orders_events")
+            .await
+            .unwrap(),
+        0
+    );
+    match late.recv_or_end(secs(10)).await {
+        Err(why) => assert!(why.contains("dropped"), "{why}"),
+        Ok(m) => panic!("the dropped group's stream went on: {m:?}"),
+    }
+    let rows: Vec<mysql_async::Row> =
+        mysql_async::prelude::Queryable::query(&mut p, "SHOW STREAM GROUPS")
+            .await
+            .unwrap();
+    let groups: Vec<String> = rows
+        .into_iter()
+        .filter(|r| r.get::<String, _>(0).as_deref() == Some(env.db.as_str()))
+        .filter_map(|r| r.get::<String, _>(2))
+        .collect();
+    assert_eq!(groups, ["early", "from3"]);
+    early.close();
+    from_event.close();
+}
