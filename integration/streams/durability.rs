@@ -161,3 +161,97 @@ async fn replay_from_earliest_a_timestamp_an_event_and_seek() {
     early.close();
     from_event.close();
 }
+
+/// The first error of `STREAM <what>`: refused at once, or ended soon after it began.
+async fn stream_error(env: &Env, what: &str) -> String {
+    let sql = format!("STREAM {what}");
+    match Stream::open(env.proxy.port(), &env.db, &sql).await {
+        Err(f) => format!("{f:?}"),
+        Ok(mut s) => {
+            let end = s.recv_or_end(secs(30)).await;
+            s.close();
+            match end {
+                Err(why) => why,
+                Ok(m) => panic!("{sql}: expected an error, got {m:?}"),
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn rotation_and_purge_under_a_lagging_group() {
+    // PURGE BINARY LOGS would pull files from under the other tests' groups: a server of its own.
+    let env = Env::private("evs_purge").await;
+    env.ddl(&orders_events(",ack_wait=60")).await;
+    let mut lag = stream(&env, "* FROM orders_events GROUP 'lag'").await;
+    let first = insert_direct(&env, 3, 3, "a").await;
+    assert_eq!(row_ids(&lag.recv_n(3, secs(20)).await), first);
+    lag.close();
+    // A rotation while the group lags (nothing acked): a new group from EARLIEST reads across
+    // both files.
+    env.direct("FLUSH BINARY LOGS").await;
+    let second = insert_direct(&env, 2, 2, "b").await;
+    let mut all = stream(&env, "* FROM orders_events GROUP 'rot' START EARLIEST").await;
+    assert_eq!(
+        row_ids(&all.recv_n(5, secs(20)).await),
+        [first.clone(), second.clone()].concat()
+    );
+    all.close();
+    // The proxy goes; the binlog files that hold the lagging group's position are purged.
+    env.proxy.kill();
+    env.direct("FLUSH BINARY LOGS").await;
+    let mut c = env.direct_conn().await;
+    let current: mysql_async::Row =
+        mysql_async::prelude::Queryable::query_first(&mut c, "SHOW MASTER STATUS")
+            .await
+            .unwrap()
+            .unwrap();
+    let file: String = current.get(0).unwrap();
+    // The server keeps a file a replica connection is reading (the dead proxy's, until the
+    // server notices it is gone): purge until the oldest file is the current one.
+    let purged = crate::support::eventually(30, async || {
+        exec(&mut c, &format!("PURGE BINARY LOGS TO '{file}'"))
+            .await
+            .unwrap();
+        let oldest: Option<mysql_async::Row> =
+            mysql_async::prelude::Queryable::query_first(&mut c, "SHOW BINARY LOGS")
+                .await
+                .unwrap();
+        oldest.and_then(|r| r.get::<String, _>(0)).as_deref() == Some(file.as_str())
+    })
+    .await;
+    assert!(purged, "the old binlog files were not purged");
+    let _ = c.disconnect().await;
+    env.proxy.restart();
+    let why = stream_error(&env, "* FROM orders_events GROUP 'lag'").await;
+    assert!(why.contains("group 'lag'"), "{why}");
+    assert!(why.contains("no longer holds"), "{why}");
+    assert!(why.contains("SEEK"), "{why}");
+    // SEEK puts it right: from the oldest event left.
+    let mut p = env.proxy_conn().await;
+    exec(&mut p, "SEEK orders_events GROUP 'lag' TO EARLIEST")
+        .await
+        .unwrap();
+    let mut lag = stream(&env, "* FROM orders_events GROUP 'lag'").await;
+    let third = insert_direct(&env, 1, 1, "c").await;
+    assert_eq!(row_ids(&lag.recv_n(1, secs(30)).await), third);
+    lag.close();
+    env.server.stop();
+}
+
+#[tokio::test]
+async fn a_server_without_full_row_metadata_is_named() {
+    let server: &'static crate::support::MariaDb =
+        Box::leak(Box::new(crate::support::MariaDb::start_with(&[
+            "--binlog-row-metadata=MINIMAL",
+        ])));
+    let env = Env::on_url(server, "evs_prereq", &server.backend_url(), &[]).await;
+    env.ddl(&orders_events("")).await;
+    let mut c = env.proxy_conn().await;
+    let refused = exec(&mut c, "STREAM * FROM orders_events GROUP 'g'")
+        .await
+        .expect_err("the binlog lacks column names");
+    let text = format!("{refused:?}");
+    assert!(text.contains("binlog_row_metadata is MINIMAL"), "{text}");
+    server.stop();
+}

@@ -68,6 +68,8 @@ impl StreamError {
 pub enum Mode {
     /// Waiting for the lease; `Some`: the proxy that holds it.
     Waiting(Option<String>),
+    /// Holding the lease, the binlog reader not yet open.
+    Starting,
     Serving,
     /// The group cannot go on (its position left the binlog, ...): the message for its streams.
     Failed(String),
@@ -188,6 +190,7 @@ impl Group {
         };
         let (status, serving) = match &inner.mode {
             Mode::Serving => ("serving".to_owned(), None),
+            Mode::Starting => ("opening the binlog".to_owned(), None),
             Mode::Waiting(owner) => ("waiting for the lease".to_owned(), owner.clone()),
             Mode::Failed(why) | Mode::Gone(why) => (why.clone(), None),
         };
@@ -392,8 +395,10 @@ impl StreamEngine {
                 ),
             ));
         }
+        // The stream is added under the map's lock: a task giving an idle group up takes the
+        // same lock and looks at the group's streams once more (see `give_up_if_idle`).
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
         let group = {
-            let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
             match groups.get(&key) {
                 Some(g) if !matches!(g.mode(), Mode::Gone(_)) => g.clone(),
                 _ => {
@@ -428,6 +433,7 @@ impl StreamEngine {
             inner.idle_since = None;
             id
         };
+        drop(groups);
         Ok((group, stream))
     }
 
@@ -441,8 +447,8 @@ impl StreamEngine {
             .cloned();
         if let Some(group) = group {
             let mut inner = group.lock();
-            let serving = inner.mode == Mode::Serving;
-            if let (true, Some(state)) = (serving, inner.state.as_mut()) {
+            // The state exists while this proxy holds the lease.
+            if let Some(state) = inner.state.as_mut() {
                 let n = state.ack(ids);
                 drop(inner);
                 group.changed.notify_waiters();
@@ -610,6 +616,23 @@ impl StreamEngine {
         group.changed.notify_waiters();
     }
 
+    /// Ends the group here if it is idle: under the map's lock (which `join` holds while it
+    /// adds a stream), so a stream never joins a group that is going away.
+    fn give_up_if_idle(&self, group: &Arc<Group>) -> bool {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if !Self::idle(group) {
+            return false;
+        }
+        group.lock().mode = Mode::Gone("idle".into());
+        if groups
+            .get(&group.key)
+            .is_some_and(|g| Arc::ptr_eq(g, group))
+        {
+            groups.remove(&group.key);
+        }
+        true
+    }
+
     /// Whether the group has had no streams and nothing in flight for [`IDLE_AFTER`].
     fn idle(group: &Group) -> bool {
         let inner = group.lock();
@@ -626,9 +649,8 @@ impl StreamEngine {
                 if group.stop.is_cancelled() {
                     return self.forget(&group);
                 }
-                if Self::idle(&group) {
-                    Self::set_mode(&group, Mode::Gone("idle".into()));
-                    return self.forget(&group);
+                if self.give_up_if_idle(&group) {
+                    return;
                 }
                 match self.store.claim(&group.key, &self.me).await {
                     Ok(true) => break,
@@ -686,7 +708,7 @@ impl StreamEngine {
                 inner.state = Some(GroupState::new(progress.clone()));
                 inner.seek = None;
                 if !matches!(inner.mode, Mode::Gone(_)) {
-                    inner.mode = Mode::Serving;
+                    inner.mode = Mode::Starting;
                 }
             }
             group.changed.notify_waiters();
@@ -757,6 +779,11 @@ impl StreamEngine {
                             });
                         }
                     }
+                    Some(ReaderMsg::Opened) => {
+                        if group.mode() == Mode::Starting {
+                            Self::set_mode(group, Mode::Serving);
+                        }
+                    }
                     Some(ReaderMsg::Progress(end)) => {
                         if let Some(state) = group.lock().state.as_mut() {
                             state.progress(end);
@@ -776,7 +803,7 @@ impl StreamEngine {
                     if let Some(to) = seek {
                         return Delivered::Seek(to);
                     }
-                    if Self::idle(group) {
+                    if self.give_up_if_idle(group) {
                         return Delivered::Stopped;
                     }
                 }
@@ -803,7 +830,7 @@ impl StreamEngine {
                             }
                         }
                     }
-                    if Self::idle(group) {
+                    if self.give_up_if_idle(group) {
                         return Delivered::Stopped;
                     }
                 }

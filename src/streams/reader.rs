@@ -88,6 +88,8 @@ pub enum ReaderMsg {
         events: Vec<Event>,
         end: BinlogPosition,
     },
+    /// The binlog stream is open (the server accepted the position).
+    Opened,
     /// Transactions of other tables were read up to here.
     Progress(BinlogPosition),
     /// The reader stopped for good (the group reports this to its streams).
@@ -134,7 +136,12 @@ pub async fn run(
             o = tokio::time::timeout(Duration::from_secs(10), open(&target, &at)) => o,
         };
         let stream = match opened {
-            Ok(Ok(s)) => s,
+            Ok(Ok(s)) => {
+                if tx.send(ReaderMsg::Opened).await.is_err() {
+                    return;
+                }
+                s
+            }
             Ok(Err(OpenError::Gone(why))) => {
                 let _ = tx
                     .send(ReaderMsg::Failed(ReaderError::PositionGone { at, why }))

@@ -69,6 +69,30 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
     interrupted: &CancellationToken,
 ) -> StreamEnd {
     let group = &spec.group;
+    // A group that cannot go on (its position left the binlog) is refused at once, before the
+    // result set begins: wait a moment for this proxy's first word on it.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let changed = group.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        match group.mode() {
+            Mode::Failed(why) | Mode::Gone(why) => {
+                let err = ErrorPacket::new(ER_UNKNOWN_ERROR, "HY000", why);
+                return match write_packet(client.get_mut(), first_seq, &err.encode(true)).await {
+                    Ok(_) => StreamEnd::Refused,
+                    Err(_) => StreamEnd::Closed,
+                };
+            }
+            Mode::Serving | Mode::Waiting(Some(_)) => break,
+            Mode::Starting | Mode::Waiting(None) => {}
+        }
+        tokio::select! {
+            _ = &mut changed => {}
+            _ = tokio::time::sleep_until(deadline) => break,
+            _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+        }
+    }
     let table = group.table();
     let list: Vec<String> = spec.columns.iter().map(|c| quote_ident(c)).collect();
     let sql = format!(
@@ -132,7 +156,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                 let err = ErrorPacket::new(code, "HY000", why);
                 return end_with(client, seq, &err.encode(true)).await;
             }
-            Mode::Serving | Mode::Waiting(_) => {}
+            Mode::Serving | Mode::Starting | Mode::Waiting(_) => {}
         }
         if let Some(batch) = group.try_batch(spec.stream) {
             keepalive.reset();
