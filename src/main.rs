@@ -96,9 +96,10 @@ async fn run(config: Config) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    ctx.stream_engine = Some(stream_engine);
+    ctx.stream_engine = Some(stream_engine.clone());
     if let Some(listener) = metrics_listener {
         let registry = msgproxy::metrics::Registry {
+            streams: Some(stream_engine),
             proxy: ctx.metrics.clone(),
             engine: Some(engine),
             binlog: Some(msgproxy::metrics::BinlogView {

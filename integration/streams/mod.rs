@@ -11,10 +11,12 @@
 //!   one killed, `START EARLIEST` / `AT TIMESTAMP` / `SEEK` replay, `DROP GROUP`;
 //! - `errors` — malformed statements, hostile group names and filters, tables that are not
 //!   stream tables, a group's filter changed.
+//! - `readme` — the README's example, pasted into the `mariadb` client.
 
 mod delivery;
 mod durability;
 mod errors;
+mod readme;
 
 use std::time::Duration;
 

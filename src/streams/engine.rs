@@ -485,6 +485,29 @@ impl StreamEngine {
     pub async fn seek(&self, key: &GroupKey, to: Target) -> Result<(), StreamError> {
         self.ready().await?;
         self.check_server().await?;
+        let local = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned();
+        let served_here = local.as_ref().is_some_and(|g| g.lock().state.is_some());
+        if !served_here {
+            // The serving proxy's next save would undo a SEEK written behind its back.
+            if let Some(GroupRow {
+                owner: Some(owner), ..
+            }) = self.store.load(key).await.map_err(StreamError::backend)?
+            {
+                return Err(StreamError::new(
+                    crate::protocol::commands::ER_UNKNOWN_ERROR,
+                    "HY000",
+                    format!(
+                        "group '{}' is served by the msgproxy {owner}: SEEK through that proxy",
+                        key.group
+                    ),
+                ));
+            }
+        }
         let progress = locate::resolve(&self.reader_opts, self.server_id, to)
             .await
             .map_err(|e| {
@@ -705,7 +728,11 @@ impl StreamEngine {
             let (tx, mut rx) = mpsc::channel::<ReaderMsg>(64);
             {
                 let mut inner = group.lock();
-                inner.state = Some(GroupState::new(progress.clone()));
+                let mut state = GroupState::new(progress.clone());
+                // Saved at the first tick: after a SEEK, a save of the old state may have
+                // landed after the SEEK's own write.
+                state.mark_dirty();
+                inner.state = Some(state);
                 inner.seek = None;
                 if !matches!(inner.mode, Mode::Gone(_)) {
                     inner.mode = Mode::Starting;
