@@ -255,3 +255,54 @@ async fn a_server_without_full_row_metadata_is_named() {
     assert!(text.contains("binlog_row_metadata is MINIMAL"), "{text}");
     server.stop();
 }
+
+#[tokio::test]
+async fn xa_transactions_become_events_at_commit_also_across_a_restart() {
+    let env = Env::new("evs_xa").await;
+    env.ddl(&orders_events(",ack_wait=60")).await;
+    let mut s = stream(&env, "id, topic FROM orders_events GROUP 'g'").await;
+    let mut xa = env.direct_conn().await;
+    for sql in [
+        "XA START 'x1'",
+        "INSERT INTO orders_events (topic, payload) VALUES ('xa1', '{}'), ('xa2', '{}')",
+        "XA END 'x1'",
+        "XA PREPARE 'x1'",
+    ] {
+        exec(&mut xa, sql).await.unwrap();
+    }
+    let plain = insert_direct(&env, 1, 1, "plain").await;
+    let got = s.recv_n(1, secs(20)).await;
+    assert_eq!(
+        row_ids(&got),
+        plain,
+        "the prepared rows wait for their commit"
+    );
+    ack_all(&env, env.proxy.port(), "g", &got).await;
+    s.close();
+    // The proxy dies while x1 is prepared; its group must still find x1's rows.
+    env.proxy.kill();
+    env.proxy.restart();
+    let mut s = stream(&env, "id, topic FROM orders_events GROUP 'g'").await;
+    exec(&mut xa, "XA COMMIT 'x1'").await.unwrap();
+    for sql in [
+        "XA START 'x2'",
+        "INSERT INTO orders_events (topic, payload) VALUES ('rolled back', '{}')",
+        "XA END 'x2'",
+        "XA PREPARE 'x2'",
+        "XA ROLLBACK 'x2'",
+    ] {
+        exec(&mut xa, sql).await.unwrap();
+    }
+    let after = insert_direct(&env, 1, 1, "after").await;
+    let got = s.recv_n(3, secs(40)).await;
+    let topics: Vec<String> = got
+        .iter()
+        .map(|m| crate::messaging::harness::value_str(&m.values[2]))
+        .collect();
+    assert_eq!(topics, ["xa1", "xa2", "after"]);
+    assert_eq!(row_ids(&got)[2], after[0]);
+    assert!(ids(&got).windows(2).all(|w| w[0] < w[1]), "commit order");
+    s.expect_quiet(secs(1), "nothing of the rolled-back XA transaction")
+        .await;
+    s.close();
+}

@@ -13,6 +13,10 @@
 //!   `ROLLBACK` drops them. A standalone group (DDL) commits by itself.
 //! - **Position**: each event carries where its transaction starts (its GTID event), so a group
 //!   can resume at the transaction of its oldest unacked event.
+//! - **XA transactions**: their rows are written at `XA PREPARE`, in a group of their own; they
+//!   are held by XID and become events at `XA COMMIT` (ids from the commit's GTID: commit order),
+//!   or are dropped at `XA ROLLBACK`. While one is prepared, the position the reader reports (and
+//!   reconnects from) stays at its prepare, so a group that resumes sees its rows again.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -30,6 +34,7 @@ use mysql_common::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::binlog::xa::{is_one_phase, XaPrepare, Xid};
 use crate::binlog::BinlogPosition;
 
 /// Bits of an event id given to the row's ordinal within its transaction.
@@ -174,7 +179,7 @@ pub async fn run(
                 return;
             }
             Err(None) => {
-                at = reading.committed.clone();
+                at = reading.safe_position();
                 backoff.reset();
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -219,6 +224,7 @@ const ROTATE_EVENT: u8 = 4;
 const XID_EVENT: u8 = 16;
 const TABLE_MAP_EVENT: u8 = 19;
 const MARIADB_GTID_EVENT: u8 = 162;
+const XA_PREPARE_LOG_EVENT: u8 = 38;
 /// Write-rows events: pre-GA, v1 (MariaDB), v2 (MySQL).
 const WRITE_ROWS_EVENTS: [u8; 3] = [20, 23, 30];
 /// MariaDB's compressed write-rows events (`log_bin_compress`), which mysql_common cannot read.
@@ -238,7 +244,20 @@ struct Reading<'t> {
     map: Option<(u64, TableMapEvent<'static>, Arc<[ColumnSpec]>)>,
     last_progress: tokio::time::Instant,
     progress_pending: bool,
+    /// XA transactions prepared and not yet committed or rolled back, with their rows of the
+    /// table and where their prepare group starts.
+    prepared: Vec<(Xid, BinlogPosition, Vec<Row>)>,
 }
+
+/// A row of a prepared XA transaction, waiting for its commit to get its id.
+struct Row {
+    columns: Arc<[ColumnSpec]>,
+    values: Vec<Value>,
+}
+
+/// Prepared XA transactions of the table held at most; beyond it the reader fails rather than
+/// lose one.
+const MAX_PREPARED: usize = 10_000;
 
 struct Tx {
     seq_no: Option<u64>,
@@ -258,7 +277,21 @@ impl<'t> Reading<'t> {
             map: None,
             last_progress: tokio::time::Instant::now(),
             progress_pending: false,
+            prepared: Vec::new(),
         }
+    }
+
+    /// Where reading again yields everything not yet handed over: the end of the last
+    /// committed transaction, or the start of the oldest prepared XA transaction with rows of
+    /// the table, whichever is earlier.
+    fn safe_position(&self) -> BinlogPosition {
+        self.prepared
+            .iter()
+            .map(|(_, start, _)| start)
+            .chain(std::iter::once(&self.committed))
+            .min_by(|a, b| (a.file.as_str(), a.pos).cmp(&(b.file.as_str(), b.pos)))
+            .cloned()
+            .unwrap_or_else(|| self.committed.clone())
     }
 
     /// `Ok` when the group went away or on shutdown; `Err(None)` when the connection broke
@@ -352,6 +385,12 @@ impl<'t> Reading<'t> {
                 Ok(None)
             }
             XID_EVENT => Ok(self.commit(end)),
+            XA_PREPARE_LOG_EVENT => match XaPrepare::read(event.data()) {
+                // MySQL's `XA COMMIT ... ONE PHASE`: the group commits here.
+                Some(p) if p.one_phase => Ok(self.commit(end)),
+                Some(p) => self.xa_prepared(p.xid, end),
+                None => self.xa_unreadable(end),
+            },
             QUERY_EVENT => {
                 let Ok(query) = event.read_event::<QueryEvent<'_>>() else {
                     return Ok(self.statement_done(end));
@@ -363,6 +402,26 @@ impl<'t> Reading<'t> {
                 }
                 if word.eq_ignore_ascii_case(b"COMMIT") {
                     return Ok(self.commit(end));
+                }
+                if word.eq_ignore_ascii_case(b"XA") {
+                    let second = first_word(sql.get(2..).unwrap_or_default());
+                    if second.eq_ignore_ascii_case(b"PREPARE") {
+                        return match Xid::from_statement(sql) {
+                            Some(xid) => self.xa_prepared(xid, end),
+                            None => self.xa_unreadable(end),
+                        };
+                    }
+                    if second.eq_ignore_ascii_case(b"COMMIT") && !is_one_phase(sql) {
+                        return Ok(self.xa_finished(Xid::from_statement(sql), true, end));
+                    }
+                    if second.eq_ignore_ascii_case(b"ROLLBACK") {
+                        return Ok(self.xa_finished(Xid::from_statement(sql), false, end));
+                    }
+                    if second.eq_ignore_ascii_case(b"COMMIT") {
+                        // ONE PHASE: MariaDB writes the rows in this group.
+                        return Ok(self.commit(end));
+                    }
+                    return Ok(None);
                 }
                 if word.eq_ignore_ascii_case(b"ROLLBACK") && !contains_word(sql, b"TO") {
                     self.tx = None;
@@ -463,6 +522,88 @@ impl<'t> Reading<'t> {
         }
     }
 
+    /// `XA PREPARE`: the group's rows of the table wait for the transaction's commit.
+    fn xa_prepared(
+        &mut self,
+        xid: Xid,
+        end: u64,
+    ) -> Result<Option<ReaderMsg>, Option<ReaderError>> {
+        let tx = self.tx.take();
+        if let Some(tx) = tx.filter(|t| !t.events.is_empty()) {
+            if self.prepared.len() >= MAX_PREPARED {
+                return Err(Some(ReaderError::Unreadable(format!(
+                    "more than {MAX_PREPARED} XA transactions with rows of the table are prepared and not committed"
+                ))));
+            }
+            let rows = tx
+                .events
+                .into_iter()
+                .map(|e| Row {
+                    columns: e.columns,
+                    values: e.values,
+                })
+                .collect();
+            self.prepared.push((xid, tx.start, rows));
+        }
+        self.committed = BinlogPosition {
+            file: self.file.clone(),
+            pos: end,
+        };
+        self.progress_pending = true;
+        Ok(None)
+    }
+
+    /// A prepared XA transaction whose XID cannot be read: if it has rows of the table, its
+    /// commit could not be matched, and its events would be lost.
+    fn xa_unreadable(&mut self, end: u64) -> Result<Option<ReaderMsg>, Option<ReaderError>> {
+        if self.tx.as_ref().is_some_and(|t| !t.events.is_empty()) {
+            return Err(Some(ReaderError::Unreadable(
+                "an XA PREPARE whose XID cannot be read prepared rows of the table".into(),
+            )));
+        }
+        self.tx = None;
+        self.committed = BinlogPosition {
+            file: self.file.clone(),
+            pos: end,
+        };
+        Ok(None)
+    }
+
+    /// `XA COMMIT` (`commit`) or `XA ROLLBACK` of a prepared transaction: its rows become
+    /// events, with ids from this group's GTID, or are dropped.
+    fn xa_finished(&mut self, xid: Option<Xid>, commit: bool, end: u64) -> Option<ReaderMsg> {
+        let found = xid.and_then(|xid| {
+            let at = self.prepared.iter().position(|(x, ..)| *x == xid)?;
+            Some(self.prepared.remove(at))
+        });
+        let group = self.tx.take();
+        self.committed = BinlogPosition {
+            file: self.file.clone(),
+            pos: end,
+        };
+        let (Some((_, start, rows)), Some(group), true) = (found, group, commit) else {
+            self.progress_pending = true;
+            return None;
+        };
+        let seq_no = group.seq_no.filter(|s| *s <= MAX_SEQ_NO)?;
+        let events: Vec<Event> = rows
+            .into_iter()
+            .enumerate()
+            .map(|(ordinal, row)| Event {
+                id: event_id(seq_no, ordinal as u64),
+                tx_start: start.clone(),
+                timestamp: group.timestamp,
+                columns: row.columns,
+                values: row.values,
+            })
+            .collect();
+        self.last_progress = tokio::time::Instant::now();
+        Some(ReaderMsg::Committed {
+            events,
+            end: self.safe_position(),
+        })
+    }
+
     /// After a query that is not BEGIN/COMMIT/ROLLBACK: a standalone group commits with it.
     fn statement_done(&mut self, end: u64) -> Option<ReaderMsg> {
         match &self.tx {
@@ -485,7 +626,7 @@ impl<'t> Reading<'t> {
         self.last_progress = tokio::time::Instant::now();
         Some(ReaderMsg::Committed {
             events,
-            end: self.committed.clone(),
+            end: self.safe_position(),
         })
     }
 }
