@@ -108,3 +108,22 @@ async fn hostile_group_names_and_filters_are_values() {
     assert_eq!(code, 1210, "{message}");
     s.close();
 }
+
+#[tokio::test]
+async fn prepared_stream_statements_are_refused_with_the_reason() {
+    let env = Env::new("evs_prepared").await;
+    env.ddl(&orders_events("")).await;
+    let mut c = env.proxy_conn().await;
+    for sql in [
+        "SEEK orders_events GROUP 'g' TO LATEST",
+        "DROP GROUP 'g' ON orders_events",
+        "SHOW STREAM GROUPS",
+        "ACK orders_events GROUP 'g' 1",
+    ] {
+        let e = mysql_async::prelude::Queryable::prep(&mut c, sql)
+            .await
+            .expect_err(sql);
+        let f = Failure::of(&e);
+        assert_eq!(f.code(), Some(1295), "{sql}: {f:?}");
+    }
+}
