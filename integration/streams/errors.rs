@@ -127,3 +127,26 @@ async fn prepared_stream_statements_are_refused_with_the_reason() {
         assert_eq!(f.code(), Some(1295), "{sql}: {f:?}");
     }
 }
+
+#[tokio::test]
+async fn a_table_written_in_two_gtid_domains_stops_its_group_with_the_reason() {
+    let env = Env::new("evs_domains").await;
+    env.ddl(&orders_events("")).await;
+    let mut s = stream(&env, "id FROM orders_events GROUP 'g'").await;
+    insert_direct(&env, 1, 1, "domain 0").await;
+    s.recv_n(1, secs(20)).await;
+    let mut c = env.direct_conn().await;
+    exec(&mut c, "SET SESSION gtid_domain_id = 7")
+        .await
+        .unwrap();
+    exec(
+        &mut c,
+        "INSERT INTO orders_events (topic, payload) VALUES ('domain 7', '{}')",
+    )
+    .await
+    .unwrap();
+    match s.recv_or_end(secs(20)).await {
+        Err(why) => assert!(why.contains("GTID domains 0 and 7"), "{why}"),
+        Ok(m) => panic!("an event of another domain was delivered: {m:?}"),
+    }
+}

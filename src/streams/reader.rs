@@ -114,6 +114,8 @@ pub enum ReaderError {
     TooManyRows,
     #[error("a rows event of the table cannot be read: {0}")]
     Unreadable(String),
+    #[error("the table is written in GTID domains {0} and {1}: event ids are GTID sequence numbers, which only one domain keeps in commit order; write the table from one gtid_domain_id")]
+    Domains(u32, u32),
 }
 
 /// Where a reader reads, and for which table.
@@ -244,6 +246,8 @@ struct Reading<'t> {
     map: Option<(u64, TableMapEvent<'static>, Arc<[ColumnSpec]>)>,
     last_progress: tokio::time::Instant,
     progress_pending: bool,
+    /// The GTID domain of the table's events read so far.
+    domain: Option<u32>,
     /// XA transactions prepared and not yet committed or rolled back, with their rows of the
     /// table and where their prepare group starts.
     prepared: Vec<(Xid, BinlogPosition, Vec<Row>)>,
@@ -261,6 +265,8 @@ const MAX_PREPARED: usize = 10_000;
 
 struct Tx {
     seq_no: Option<u64>,
+    /// The GTID's domain: event ids need the table's writes in one domain.
+    domain: Option<u32>,
     start: BinlogPosition,
     timestamp: u32,
     standalone: bool,
@@ -278,6 +284,7 @@ impl<'t> Reading<'t> {
             last_progress: tokio::time::Instant::now(),
             progress_pending: false,
             prepared: Vec::new(),
+            domain: None,
         }
     }
 
@@ -370,10 +377,15 @@ impl<'t> Reading<'t> {
                     .get(..8)
                     .and_then(|b| b.try_into().ok())
                     .map(u64::from_le_bytes);
+                let domain = data
+                    .get(8..12)
+                    .and_then(|b| b.try_into().ok())
+                    .map(u32::from_le_bytes);
                 let flags2 = data.get(12).copied().unwrap_or(0);
                 let start = end.saturating_sub(u64::from(header.event_size()));
                 self.tx = Some(Tx {
                     seq_no,
+                    domain,
                     start: BinlogPosition {
                         file: self.file.clone(),
                         pos: start,
@@ -476,6 +488,13 @@ impl<'t> Reading<'t> {
                 let Some(seq_no) = open.seq_no.filter(|s| *s <= MAX_SEQ_NO) else {
                     return Err(Some(ReaderError::NoGtid(open.start.clone())));
                 };
+                match (self.domain, open.domain) {
+                    (Some(known), Some(d)) if known != d => {
+                        return Err(Some(ReaderError::Domains(known, d)))
+                    }
+                    (None, d) => self.domain = d,
+                    _ => {}
+                }
                 let rows = match event.read_data() {
                     Ok(Some(EventData::RowsEvent(rows))) => rows,
                     Ok(_) => return Err(Some(ReaderError::Unreadable("not a rows event".into()))),
