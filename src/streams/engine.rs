@@ -356,18 +356,24 @@ impl StreamEngine {
         let row = match self.store.load(&key).await.map_err(StreamError::backend)? {
             Some(row) => row,
             None => {
-                let progress = locate::resolve(&self.reader_opts, self.server_id, start)
-                    .await
-                    .map_err(|e| {
-                        StreamError::new(
-                            crate::protocol::commands::ER_UNKNOWN_ERROR,
-                            "HY000",
-                            format!(
-                                "cannot find where group '{}' starts in the binlog: {e}",
-                                key.group
-                            ),
-                        )
-                    })?;
+                let progress = locate::resolve(
+                    &self.reader_opts,
+                    self.server_id,
+                    &key.schema,
+                    &key.table,
+                    start,
+                )
+                .await
+                .map_err(|e| {
+                    StreamError::new(
+                        crate::protocol::commands::ER_UNKNOWN_ERROR,
+                        "HY000",
+                        format!(
+                            "cannot find where group '{}' starts in the binlog: {e}",
+                            key.group
+                        ),
+                    )
+                })?;
                 self.store
                     .create(&key, &canonical, &progress)
                     .await
@@ -508,15 +514,21 @@ impl StreamEngine {
                 ));
             }
         }
-        let progress = locate::resolve(&self.reader_opts, self.server_id, to)
-            .await
-            .map_err(|e| {
-                StreamError::new(
-                    crate::protocol::commands::ER_UNKNOWN_ERROR,
-                    "HY000",
-                    format!("cannot find that position in the binlog: {e}"),
-                )
-            })?;
+        let progress = locate::resolve(
+            &self.reader_opts,
+            self.server_id,
+            &key.schema,
+            &key.table,
+            to,
+        )
+        .await
+        .map_err(|e| {
+            StreamError::new(
+                crate::protocol::commands::ER_UNKNOWN_ERROR,
+                "HY000",
+                format!("cannot find that position in the binlog: {e}"),
+            )
+        })?;
         let existed = self
             .store
             .seek(key, &progress)
@@ -815,6 +827,19 @@ impl StreamEngine {
                         if let Some(state) = group.lock().state.as_mut() {
                             state.progress(end);
                         }
+                    }
+                    Some(ReaderMsg::Failed(ReaderError::TableGone(at))) => {
+                        // Groups of a dropped table are gone with it (STREAMS.md §2).
+                        let why = format!(
+                            "the table `{}`.`{}` was dropped or renamed (binlog {at}); group '{}' is gone with it",
+                            group.key.schema, group.key.table, group.key.group
+                        );
+                        info!("{why}");
+                        if let Err(e) = self.store.delete(&group.key).await {
+                            warn!("forgetting group {:?} of a dropped table: {e}", group.key);
+                        }
+                        Self::set_mode(group, Mode::Gone(why));
+                        return Delivered::Stopped;
                     }
                     Some(ReaderMsg::Failed(e)) => {
                         reading = false;

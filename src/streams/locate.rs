@@ -8,8 +8,9 @@ use std::pin::Pin;
 use futures_core::Stream;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStreamRequest, Conn, Opts, Row};
-use mysql_common::binlog::events::{Event, RotateEvent};
+use mysql_common::binlog::events::{Event, QueryEvent, RotateEvent};
 
+use super::ddl::{self, TableDdl};
 use super::group::Progress;
 use super::reader::{event_id, seq_no_of};
 use crate::binlog::BinlogPosition;
@@ -23,12 +24,34 @@ pub enum Target {
     Event(u64),
 }
 
+const QUERY_EVENT: u8 = 2;
 const ROTATE_EVENT: u8 = 4;
 const MARIADB_GTID_EVENT: u8 = 162;
 const LOG_EVENT_ARTIFICIAL_F: u16 = 0x20;
 
-/// The progress of a group that starts at `target`.
-pub async fn resolve(opts: &Opts, server_id: u32, target: Target) -> Result<Progress, String> {
+/// The progress of a group of `schema`.`table` that starts at `target`. Nothing before the
+/// table's last creation in the binlog is reached: a table dropped and created again starts a
+/// new stream.
+pub async fn resolve(
+    opts: &Opts,
+    server_id: u32,
+    schema: &str,
+    table: &str,
+    target: Target,
+) -> Result<Progress, String> {
+    let mut progress = resolve_anywhere(opts, server_id, target).await?;
+    if target != Target::Latest {
+        if let Some(created) = last_creation(opts, server_id, schema, table).await? {
+            let key = |p: &BinlogPosition| (p.file.clone(), p.pos);
+            if key(&progress.resume) < key(&created) {
+                progress.resume = created;
+            }
+        }
+    }
+    Ok(progress)
+}
+
+async fn resolve_anywhere(opts: &Opts, server_id: u32, target: Target) -> Result<Progress, String> {
     let latest = || async {
         let mut conn = Conn::new(opts.clone()).await.map_err(|e| e.to_string())?;
         let pos = crate::binlog::watcher::current_position(&mut conn)
@@ -110,6 +133,70 @@ async fn scan(
     server_id: u32,
     want: impl Fn(u64, u64) -> Option<u64>,
 ) -> Result<Option<(u64, BinlogPosition)>, String> {
+    let mut found = None;
+    scan_events(opts, server_id, |file, event| {
+        let header = event.header();
+        if header.event_type_raw() != MARIADB_GTID_EVENT {
+            return false;
+        }
+        let seq = event
+            .data()
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes);
+        let Some(seq) = seq.and_then(|seq| want(seq, u64::from(header.timestamp()))) else {
+            return false;
+        };
+        let end = u64::from(header.log_pos());
+        found = Some((
+            seq,
+            BinlogPosition {
+                file: file.to_owned(),
+                pos: end.saturating_sub(u64::from(header.event_size())),
+            },
+        ));
+        true
+    })
+    .await?;
+    Ok(found)
+}
+
+/// Where the table's current incarnation begins in the binlog: just after the last statement
+/// that created it or made it go (a table dropped and created again starts a new stream), or
+/// `None` when the binlog holds no such statement.
+pub async fn last_creation(
+    opts: &Opts,
+    server_id: u32,
+    schema: &str,
+    table: &str,
+) -> Result<Option<BinlogPosition>, String> {
+    let mut last = None;
+    scan_events(opts, server_id, |file, event| {
+        if event.header().event_type_raw() != QUERY_EVENT {
+            return false;
+        }
+        let Ok(query) = event.read_event::<QueryEvent<'_>>() else {
+            return false;
+        };
+        if ddl::effect(query.query_raw(), &query.schema(), schema, table) != TableDdl::None {
+            last = Some(BinlogPosition {
+                file: file.to_owned(),
+                pos: u64::from(event.header().log_pos()),
+            });
+        }
+        false
+    })
+    .await?;
+    Ok(last)
+}
+
+/// Reads the binlog from its oldest file to its end (non-blocking), handing each event and the
+/// file it is in to `visit` until it says stop.
+async fn scan_events(
+    opts: &Opts,
+    server_id: u32,
+    mut visit: impl FnMut(&str, &Event) -> bool,
+) -> Result<(), String> {
     let start = earliest_file(opts).await?;
     let mut conn = Conn::new(opts.clone()).await.map_err(|e| e.to_string())?;
     conn.query_drop("SET @mariadb_slave_capability = 4")
@@ -124,45 +211,25 @@ async fn scan(
         .await
         .map_err(|e| e.to_string())?;
     let mut file = start.file.clone();
-    let mut found = None;
     while let Some(event) = next(&mut stream).await {
         let event: Event = event.map_err(|e| e.to_string())?;
         let header = event.header();
-        match header.event_type_raw() {
-            ROTATE_EVENT => {
-                if let Ok(rotate) = event.read_event::<RotateEvent<'_>>() {
-                    let mut name = rotate.name_raw();
-                    if header.flags_raw() & LOG_EVENT_ARTIFICIAL_F != 0 || header.log_pos() == 0 {
-                        name = crate::binlog::follow::strip_crc(&event, name);
-                    }
-                    file = String::from_utf8_lossy(name).into_owned();
+        if header.event_type_raw() == ROTATE_EVENT {
+            if let Ok(rotate) = event.read_event::<RotateEvent<'_>>() {
+                let mut name = rotate.name_raw();
+                if header.flags_raw() & LOG_EVENT_ARTIFICIAL_F != 0 || header.log_pos() == 0 {
+                    name = crate::binlog::follow::strip_crc(&event, name);
                 }
+                file = String::from_utf8_lossy(name).into_owned();
             }
-            MARIADB_GTID_EVENT => {
-                let seq = event
-                    .data()
-                    .get(..8)
-                    .and_then(|b| b.try_into().ok())
-                    .map(u64::from_le_bytes);
-                if let Some(seq) = seq {
-                    if let Some(seq) = want(seq, u64::from(header.timestamp())) {
-                        let end = u64::from(header.log_pos());
-                        found = Some((
-                            seq,
-                            BinlogPosition {
-                                file: file.clone(),
-                                pos: end.saturating_sub(u64::from(header.event_size())),
-                            },
-                        ));
-                        break;
-                    }
-                }
-            }
-            _ => {}
+            continue;
+        }
+        if visit(&file, &event) {
+            break;
         }
     }
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), stream.close()).await;
-    Ok(found)
+    Ok(())
 }
 
 async fn next(stream: &mut mysql_async::BinlogStream) -> Option<mysql_async::Result<Event>> {

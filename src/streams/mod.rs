@@ -5,6 +5,8 @@
 //! - `registry.rs` — the stream tables, loaded from `information_schema`;
 //! - `reader.rs` — a group's own binlog reader: committed inserts of one table as events, with
 //!   their event ids;
+//! - `ddl.rs` — whether a DDL statement in the binlog creates the table or makes it go;
+//! - `locate.rs` — where `START`/`SEEK` positions are in the binlog;
 //! - `encode.rs` — a binlog value as the text protocol sends it;
 //! - `filter.rs` — a group's `WHERE` filter over an event's values;
 //! - `group.rs` — one group's delivery state without I/O (position, acked, in flight);
@@ -12,6 +14,7 @@
 //! - `engine.rs` — the groups this proxy serves: one task each, reading, delivering, saving;
 //! - `serve.rs` — one `STREAM ... GROUP` on a client session.
 
+pub mod ddl;
 pub mod encode;
 pub mod engine;
 pub mod filter;

@@ -114,6 +114,12 @@ pub enum ReaderError {
     TooManyRows,
     #[error("a rows event of the table cannot be read: {0}")]
     Unreadable(String),
+    /// The table was dropped or renamed away (`DROP TABLE`, `RENAME TABLE`, `DROP DATABASE`):
+    /// its stream ends, and its groups with it.
+    #[error(
+        "the table was dropped or renamed at binlog position {0}; its groups are gone with it"
+    )]
+    TableGone(BinlogPosition),
     #[error("the table is written in GTID domains {0} and {1}: event ids are GTID sequence numbers, which only one domain keeps in commit order; write the table from one gtid_domain_id")]
     Domains(u32, u32),
 }
@@ -288,6 +294,18 @@ impl<'t> Reading<'t> {
         }
     }
 
+    /// Where reading again yields a transaction that starts at `start` and every XA
+    /// transaction still prepared (whose rows are not handed over yet): the earliest of them.
+    fn resume_for(&self, start: &BinlogPosition) -> BinlogPosition {
+        self.prepared
+            .iter()
+            .map(|(_, p, _)| p)
+            .chain(std::iter::once(start))
+            .min_by(|a, b| (a.file.as_str(), a.pos).cmp(&(b.file.as_str(), b.pos)))
+            .cloned()
+            .unwrap_or_else(|| start.clone())
+    }
+
     /// Where reading again yields everything not yet handed over: the end of the last
     /// committed transaction, or the start of the oldest prepared XA transaction with rows of
     /// the table, whichever is earlier.
@@ -434,6 +452,18 @@ impl<'t> Reading<'t> {
                         return Ok(self.commit(end));
                     }
                     return Ok(None);
+                }
+                if super::ddl::effect(
+                    sql,
+                    &query.schema(),
+                    &self.target.schema,
+                    &self.target.table,
+                ) == super::ddl::TableDdl::Gone
+                {
+                    return Err(Some(ReaderError::TableGone(BinlogPosition {
+                        file: self.file.clone(),
+                        pos: end,
+                    })));
                 }
                 if word.eq_ignore_ascii_case(b"ROLLBACK") && !contains_word(sql, b"TO") {
                     self.tx = None;
@@ -605,6 +635,7 @@ impl<'t> Reading<'t> {
             return None;
         };
         let seq_no = group.seq_no.filter(|s| *s <= MAX_SEQ_NO)?;
+        let start = self.resume_for(&start);
         let events: Vec<Event> = rows
             .into_iter()
             .enumerate()
@@ -636,7 +667,14 @@ impl<'t> Reading<'t> {
             file: self.file.clone(),
             pos: end,
         };
-        let events = self.tx.take().map(|t| t.events).unwrap_or_default();
+        let mut events = self.tx.take().map(|t| t.events).unwrap_or_default();
+        if !self.prepared.is_empty() {
+            // A group resuming at one of these events must also meet the prepares of the XA
+            // transactions still open, or their rows would be lost at their commit.
+            for e in &mut events {
+                e.tx_start = self.resume_for(&e.tx_start);
+            }
+        }
         if events.is_empty() {
             self.progress_pending = true;
             return None;
