@@ -151,13 +151,6 @@ impl Group {
         (!batch.is_empty()).then_some(batch)
     }
 
-    /// Counts a batch as written to a client.
-    pub fn record_sent(&self, count: usize, redelivered: usize) {
-        if let Some(state) = self.lock().state.as_mut() {
-            state.record_sent(count, redelivered);
-        }
-    }
-
     /// A stream leaves: what it held is sent again.
     pub fn leave(&self, stream: StreamId) {
         let mut inner = self.lock();
@@ -847,7 +840,19 @@ impl StreamEngine {
                         warn!("{why}");
                         Self::set_mode(group, Mode::Failed(why));
                     }
-                    None => reading = false,
+                    None => {
+                        // The reader ends by itself only after a Failed; gone without one, it
+                        // panicked on an event: going on would deliver nothing, silently.
+                        reading = false;
+                        if !group.stop.is_cancelled() {
+                            let why = format!(
+                                "group '{}' of `{}`.`{}` stopped: its binlog reader failed on an event it could not read (see msgproxy's log); SEEK the group past it, or report the event",
+                                group.key.group, group.key.schema, group.key.table
+                            );
+                            warn!("{why}");
+                            Self::set_mode(group, Mode::Failed(why));
+                        }
+                    }
                 },
                 _ = tokio::time::sleep_until(deadline) => {}
                 _ = group.control.notified() => {

@@ -27,6 +27,8 @@ struct Outstanding {
     event: Arc<Event>,
     /// `Some((stream, deadline))` while in flight.
     in_flight: Option<(StreamId, Instant)>,
+    /// Times handed to a stream.
+    deliveries: u32,
 }
 
 /// What the durable store keeps of a group.
@@ -56,7 +58,8 @@ pub struct GroupState {
     last_read: Option<u64>,
     /// The newest commit time read (Unix seconds), for "behind".
     pub newest_timestamp: u32,
-    /// Counters for metrics and SHOW STREAM GROUPS.
+    /// Counters for metrics and SHOW STREAM GROUPS: events handed to streams (first times and
+    /// again), of those handed again, and acked.
     pub sent: u64,
     pub redelivered: u64,
     pub acked_count: u64,
@@ -113,6 +116,7 @@ impl GroupState {
                 Outstanding {
                     event: Arc::new(event),
                     in_flight: None,
+                    deliveries: 0,
                 },
             );
         }
@@ -184,6 +188,11 @@ impl GroupState {
             self.waiting.remove(&id);
             if let Some(o) = self.outstanding.get_mut(&id) {
                 o.in_flight = Some((stream, deadline));
+                if o.deliveries > 0 {
+                    self.redelivered += 1;
+                }
+                o.deliveries = o.deliveries.saturating_add(1);
+                self.sent += 1;
                 self.deadlines.insert((deadline, id));
                 batch.push(o.event.clone());
             }
@@ -197,12 +206,6 @@ impl GroupState {
     /// Whether `stream` may be sent more now.
     pub fn has_room(&self, stream: StreamId, max_unacked: usize) -> bool {
         self.held.get(&stream).copied().unwrap_or(0) < max_unacked
-    }
-
-    /// Counts a batch as sent (`redelivered`: how many of it were sent before).
-    pub fn record_sent(&mut self, count: usize, redelivered: usize) {
-        self.sent += count as u64;
-        self.redelivered += redelivered as u64;
     }
 
     /// Acks `ids`; returns how many were newly acked (unknown, done or repeated ids count 0).

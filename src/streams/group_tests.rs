@@ -109,6 +109,7 @@ fn redelivery_after_the_deadline_and_when_a_stream_leaves() {
     g.stream_gone(3);
     assert!(g.has_room(3, 1));
     assert_eq!(g.take_batch(4, 10, 1000, now, WAIT).len(), 2);
+    assert_eq!((g.sent, g.redelivered), (6, 4));
 }
 
 #[test]

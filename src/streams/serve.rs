@@ -169,7 +169,6 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                 debug!("stream client left: {e}");
                 return StreamEnd::Closed;
             }
-            group.record_sent(batch.len(), 0);
             continue;
         }
         tokio::select! {
