@@ -76,7 +76,16 @@ async fn a_rolled_back_transaction_produces_no_event() {
 
 #[tokio::test]
 async fn redelivery_after_ack_wait_and_acked_stays_acked() {
-    let env = Env::new("evs_redeliver").await;
+    let mport = crate::support::process::free_port();
+    let listen = format!("127.0.0.1:{mport}");
+    let server = crate::support::MariaDb::shared();
+    let env = Env::on_url(
+        server,
+        "evs_redeliver",
+        &server.backend_url(),
+        &["--metrics-listen", &listen],
+    )
+    .await;
     env.ddl(&orders_events(",ack_wait=1")).await;
     let mut s = stream(&env, "* FROM orders_events GROUP 'g'").await;
     insert_direct(&env, 2, 2, "x").await;
@@ -93,6 +102,27 @@ async fn redelivery_after_ack_wait_and_acked_stays_acked() {
     assert_eq!(again[0].id, first[1].id);
     assert_eq!(ack(&mut c, "orders_events", "g", &[first[1].id]).await, 1);
     s.expect_quiet(secs(3), "everything acked").await;
+    // The metrics say the same: 3 handed out, 1 of them again, 2 acked, nothing left.
+    let page = crate::support::metrics::scrape(mport).await;
+    let labels = [
+        ("schema", env.db.as_str()),
+        ("table", "orders_events"),
+        ("group", "g"),
+    ];
+    let get = |name: &str| crate::support::metrics::sample(&page, name, &labels);
+    assert_eq!(
+        get("msgproxy_stream_events_sent_total"),
+        Some(3.0),
+        "{page}"
+    );
+    assert_eq!(get("msgproxy_stream_events_redelivered_total"), Some(1.0));
+    assert_eq!(get("msgproxy_stream_events_acked_total"), Some(2.0));
+    assert_eq!(get("msgproxy_stream_group_in_flight"), Some(0.0));
+    assert_eq!(get("msgproxy_stream_group_serving"), Some(1.0));
+    assert_eq!(
+        get("msgproxy_stream_group_position"),
+        Some((first[1].id + 1) as f64)
+    );
     s.close();
 }
 
