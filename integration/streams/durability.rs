@@ -79,7 +79,9 @@ async fn another_proxy_takes_the_group_over_when_the_serving_one_dies() {
 
 #[tokio::test]
 async fn replay_from_earliest_a_timestamp_an_event_and_seek() {
-    let env = Env::new("evs_replay").await;
+    // START EARLIEST reads the binlog once from its oldest file (to find the table's last
+    // creation): on the shared server that is every other test's binlog too. A server of its own.
+    let env = Env::private("evs_replay").await;
     env.ddl(&orders_events("")).await;
     let first = insert_direct(&env, 5, 5, "a").await;
     // One second later on the server's clock: batch two commits at or after `cut`.
@@ -160,6 +162,7 @@ async fn replay_from_earliest_a_timestamp_an_event_and_seek() {
     assert_eq!(groups, ["early", "from3"]);
     early.close();
     from_event.close();
+    env.server.stop();
 }
 
 /// The first error of `STREAM <what>`: refused at once, or ended soon after it began.
@@ -263,10 +266,10 @@ async fn xa_transactions_become_events_at_commit_also_across_a_restart() {
     let mut s = stream(&env, "id, topic FROM orders_events GROUP 'g'").await;
     let mut xa = env.direct_conn().await;
     for sql in [
-        "XA START 'x1'",
+        "XA START 'evs_x1'",
         "INSERT INTO orders_events (topic, payload) VALUES ('xa1', '{}'), ('xa2', '{}')",
-        "XA END 'x1'",
-        "XA PREPARE 'x1'",
+        "XA END 'evs_x1'",
+        "XA PREPARE 'evs_x1'",
     ] {
         exec(&mut xa, sql).await.unwrap();
     }
@@ -285,13 +288,13 @@ async fn xa_transactions_become_events_at_commit_also_across_a_restart() {
     env.proxy.kill();
     env.proxy.restart();
     let mut s = stream(&env, "id, topic FROM orders_events GROUP 'g'").await;
-    exec(&mut xa, "XA COMMIT 'x1'").await.unwrap();
+    exec(&mut xa, "XA COMMIT 'evs_x1'").await.unwrap();
     for sql in [
-        "XA START 'x2'",
+        "XA START 'evs_x2'",
         "INSERT INTO orders_events (topic, payload) VALUES ('rolled back', '{}')",
-        "XA END 'x2'",
-        "XA PREPARE 'x2'",
-        "XA ROLLBACK 'x2'",
+        "XA END 'evs_x2'",
+        "XA PREPARE 'evs_x2'",
+        "XA ROLLBACK 'evs_x2'",
     ] {
         exec(&mut xa, sql).await.unwrap();
     }
@@ -311,7 +314,9 @@ async fn xa_transactions_become_events_at_commit_also_across_a_restart() {
 
 #[tokio::test]
 async fn a_table_dropped_and_created_again_starts_a_new_stream() {
-    let env = Env::new("evs_recreate").await;
+    // START EARLIEST reads the binlog once from its oldest file (to find the table's last
+    // creation): on the shared server that is every other test's binlog too. A server of its own.
+    let env = Env::private("evs_recreate").await;
     env.ddl(&orders_events("")).await;
     let mut s = stream(&env, "id, topic FROM orders_events GROUP 'g'").await;
     insert_direct(&env, 2, 2, "old").await;
@@ -349,4 +354,5 @@ async fn a_table_dropped_and_created_again_starts_a_new_stream() {
     );
     s.expect_quiet(secs(1), "nothing of the old table").await;
     s.close();
+    env.server.stop();
 }

@@ -49,6 +49,13 @@ async fn malformed_and_unsupported_statements_name_the_syntax() {
     );
     let (code, _) = refused(&env, "STREAM * FROM orders_events GROUP 'g' WHERE nope = 1").await;
     assert_eq!(code, 1054);
+    let mut c = env.proxy_conn().await;
+    exec(&mut c, "BEGIN").await.unwrap();
+    let e = exec(&mut c, "STREAM * FROM orders_events GROUP 'g'")
+        .await
+        .expect_err("inside a transaction");
+    assert_eq!(e.code(), Some(1179), "{e:?}");
+    exec(&mut c, "ROLLBACK").await.unwrap();
     // DROP and SHOW look-alikes go to the server, which refuses them in its own words.
     let (code, _) = refused(&env, "DROP GROUP billing ON orders_events").await;
     assert_eq!(code, 1064);

@@ -13,7 +13,9 @@ use super::ops::text;
 use super::session::{Session, SessionEnd};
 use crate::messaging::stream::StreamEnd;
 use crate::messaging::table::quote_ident;
-use crate::protocol::commands::{ER_BAD_FIELD_ERROR, ER_NO_DB_ERROR, ER_WRONG_OBJECT};
+use crate::protocol::commands::{
+    ER_BAD_FIELD_ERROR, ER_CANT_DO_THIS_DURING_AN_TRANSACTION, ER_NO_DB_ERROR, ER_WRONG_OBJECT,
+};
 use crate::protocol::packet::write_packet;
 use crate::protocol::wire::{ok_packet, ErrorPacket};
 use crate::relay::ResponseKind;
@@ -54,6 +56,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 start,
                 filter,
             } => {
+                // The stream's first statement (its column definitions) would take the table's
+                // metadata lock inside the client's transaction and hold it for as long as the
+                // stream runs, and ending that transaction is not the stream's to do.
+                if self.relay.in_transaction() {
+                    return self
+                        .reply_error(ErrorPacket::new(
+                            ER_CANT_DO_THIS_DURING_AN_TRANSACTION,
+                            "25000",
+                            "STREAM ... GROUP cannot run inside a transaction: COMMIT or ROLLBACK first",
+                        ))
+                        .await;
+                }
                 let Some(def) = self.stream_table(&engine, &table).await? else {
                     return Ok(());
                 };
