@@ -254,15 +254,22 @@ impl StreamEngine {
             shutdown,
             table_ready: tokio::sync::OnceCell::new(),
         });
+        // Stream tables are read when a statement names one the registry does not know, and
+        // then again every RELOAD_EVERY (for changed options) — only once some are known: a
+        // proxy whose clients never use event streams never asks (information_schema.TABLES
+        // opens every table of the server).
         let periodic = engine.clone();
         tokio::spawn(async move {
             loop {
-                if let Err(e) = periodic.registry.reload(&periodic.pool).await {
-                    tracing::debug!("loading the stream tables failed: {e}");
-                }
                 tokio::select! {
                     _ = periodic.shutdown.cancelled() => break,
                     _ = tokio::time::sleep(RELOAD_EVERY) => {}
+                }
+                if periodic.registry.is_empty() {
+                    continue;
+                }
+                if let Err(e) = periodic.registry.reload(&periodic.pool).await {
+                    tracing::debug!("loading the stream tables failed: {e}");
                 }
             }
         });

@@ -80,6 +80,14 @@ impl Registry {
         }
     }
 
+    /// Whether no stream table is known (none was ever looked up, or none exists).
+    pub fn is_empty(&self) -> bool {
+        self.tables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     /// Reads the stream tables again. A table whose definition is unchanged keeps its `Arc`.
     pub async fn reload(&self, pool: &Pool) -> Result<(), mysql_async::Error> {
         let mut conn = pool.get_conn().await?;
