@@ -12,7 +12,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use msgproxy::sql::{
-    classify, parse_virtual, Action, Keyword, SyntaxError, TableName, VirtualStatement,
+    classify, parse_stream_statement, parse_virtual, Action, Keyword, Quoting, StartAt,
+    StreamStatement, SyntaxError, TableName, VirtualStatement,
 };
 
 /// Fewer statements than this means the corpus was not found or not read, not that all is well.
@@ -28,8 +29,9 @@ enum Expect {
     Relay { keyword: Keyword },
     /// `expect: virtual <keyword>` with `parse: <result>`, in the form [`render`] writes.
     Virtual { keyword: Keyword, parse: String },
-    /// `expect: error 1064` with `near: <text>` and `line: <n>`: virtual, and `parse_virtual` rejects it.
-    SyntaxError { near: String, line: u32 },
+    /// `expect: error 1064` (or `error 1235`, an unsupported stream filter) with `near: <text>` and
+    /// `line: <n>`: virtual, and the parser rejects it.
+    SyntaxError { code: u16, near: String, line: u32 },
 }
 
 /// The headers of one record that together make its [`Expect`].
@@ -49,8 +51,8 @@ enum ExpectLine {
         action: Action,
         keyword: Keyword,
     },
-    /// `expect: error 1064` — the only error code the parser produces.
-    SyntaxError,
+    /// `expect: error 1064` (a syntax error) or `error 1235` (an unsupported stream filter).
+    SyntaxError(u16),
 }
 
 /// How the statement's text is turned into the bytes a client would send.
@@ -290,11 +292,14 @@ fn parse_expect(value: &str) -> Result<ExpectLine, String> {
         "virtual" => Action::Virtual,
         "error" => {
             return match argument {
-                Some(code) if code == SyntaxError::CODE.to_string() => Ok(ExpectLine::SyntaxError),
+                Some(code) if code == SyntaxError::CODE.to_string() => {
+                    Ok(ExpectLine::SyntaxError(SyntaxError::CODE))
+                }
+                Some("1235") => Ok(ExpectLine::SyntaxError(1235)),
                 _ => Err(format!(
-                    "`expect: {value}`: the only error the parser gives is `error {}`",
-                    SyntaxError::CODE
-                )),
+                "`expect: {value}`: the parsers give `error {}` or (stream filters) `error 1235`",
+                SyntaxError::CODE
+            )),
             }
         }
         _ => {
@@ -353,10 +358,10 @@ fn join_headers(headers: Headers) -> Result<Option<(String, Expect)>, String> {
             _,
             _,
         ) => return Err("`expect: virtual` needs a `parse:` line".to_owned()),
-        (ExpectLine::SyntaxError, None, Some(near), Some(line)) => {
-            Expect::SyntaxError { near, line }
+        (ExpectLine::SyntaxError(code), None, Some(near), Some(line)) => {
+            Expect::SyntaxError { code, near, line }
         }
-        (ExpectLine::SyntaxError, None, _, _) => {
+        (ExpectLine::SyntaxError(_), None, _, _) => {
             return Err("`expect: error 1064` needs a `near:` and a `line:` line".to_owned())
         }
         (
@@ -377,7 +382,7 @@ fn join_headers(headers: Headers) -> Result<Option<(String, Expect)>, String> {
             _,
             _,
         ) => return Err("`expect: virtual` takes no `near:` or `line:`".to_owned()),
-        (ExpectLine::SyntaxError, Some(_), _, _) => {
+        (ExpectLine::SyntaxError(_), Some(_), _, _) => {
             return Err("`expect: error` takes no `parse:`".to_owned())
         }
     };
@@ -413,23 +418,6 @@ fn unescape(value: &str) -> Result<String, String> {
 /// table=T ids=A|B|...` (ids as written in the statement), `set-workload`. A name with whitespace, `=`, `|`
 /// or a backtick, or an empty one, is written backtick-quoted.
 fn render(statement: &VirtualStatement) -> String {
-    fn name(name: &str) -> String {
-        let plain = !name.is_empty()
-            && !name
-                .chars()
-                .any(|c| c.is_whitespace() || matches!(c, '=' | '|' | '`'));
-        if plain {
-            name.to_owned()
-        } else {
-            format!("`{}`", name.replace('`', "``"))
-        }
-    }
-    fn table(table: &TableName) -> String {
-        match &table.schema {
-            Some(schema) => format!("schema={} table={}", name(schema), name(&table.name)),
-            None => format!("table={}", name(&table.name)),
-        }
-    }
     match statement {
         VirtualStatement::Stream { table: t } => format!("stream {}", table(t)),
         VirtualStatement::Ack { table: t, ids } => {
@@ -438,6 +426,25 @@ fn render(statement: &VirtualStatement) -> String {
         }
         VirtualStatement::SetWorkload => "set-workload".to_owned(),
         VirtualStatement::ShowMessageTables => "show-message-tables".to_owned(),
+    }
+}
+
+fn name(name: &str) -> String {
+    let plain = !name.is_empty()
+        && !name
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '=' | '|' | '`'));
+    if plain {
+        name.to_owned()
+    } else {
+        format!("`{}`", name.replace('`', "``"))
+    }
+}
+
+fn table(table: &TableName) -> String {
+    match &table.schema {
+        Some(schema) => format!("schema={} table={}", name(schema), name(&table.name)),
+        None => format!("table={}", name(&table.name)),
     }
 }
 
@@ -487,34 +494,96 @@ fn check(case: &Case) -> Option<String> {
             got.keyword_offset, got.keyword
         ));
     }
-    match (&case.expect, parse_virtual(&case.sql)) {
+    let parsed = match parse_stream_statement(&case.sql, Quoting::DEFAULT) {
+        Some(Ok(statement)) => Ok(render_stream(&statement)),
+        Some(Err(e)) => Err((e.code, e.near, e.line, e.message)),
+        None => match parse_virtual(&case.sql) {
+            Ok(statement) => Ok(render(&statement)),
+            Err(e) => Err((SyntaxError::CODE, e.near.clone(), e.line, e.message())),
+        },
+    };
+    match (&case.expect, parsed) {
         (Expect::Relay { .. }, _) => None,
-        (Expect::Virtual { parse, .. }, Ok(statement)) => {
-            let rendered = render(&statement);
+        (Expect::Virtual { parse, .. }, Ok(rendered)) => {
             (rendered != *parse).then(|| {
                 format!("{location}: expected parse `{parse}`, got `{rendered}` — {shown:?}")
             })
         }
-        (Expect::Virtual { parse, .. }, Err(e)) => Some(format!(
-            "{location}: expected parse `{parse}`, got error near {:?} at line {} — {shown:?}",
-            e.near, e.line
+        (Expect::Virtual { parse, .. }, Err((_, near, line, _))) => Some(format!(
+            "{location}: expected parse `{parse}`, got error near {near:?} at line {line} — {shown:?}"
         )),
-        (Expect::SyntaxError { near, line }, Err(e)) => {
-            // The message must be MariaDB's, with what the record says in it.
-            let message_ok = e
-                .message()
-                .ends_with(&format!("near '{near}' at line {line}"));
-            (e.near != *near || e.line != *line || !message_ok).then(|| {
+        (Expect::SyntaxError { code, near, line }, Err((got_code, got_near, got_line, message))) => {
+            // The message must be MariaDB's, with what the record says in it (msgproxy's stream
+            // statements add the syntax they expect after it).
+            let message_ok = message.contains(&format!("near '{near}' at line {line}"));
+            (*code != got_code || got_near != *near || got_line != *line || !message_ok).then(|| {
                 format!(
-                    "{location}: expected error near {near:?} at line {line}, got near {:?} at line {} — {shown:?}",
-                    e.near, e.line
+                    "{location}: expected error {code} near {near:?} at line {line}, got {got_code} near {got_near:?} at line {got_line} — {shown:?}"
                 )
             })
         }
-        (Expect::SyntaxError { near, line }, Ok(statement)) => Some(format!(
-            "{location}: expected error near {near:?} at line {line}, got parse `{}` — {shown:?}",
-            render(&statement)
+        (Expect::SyntaxError { near, line, .. }, Ok(rendered)) => Some(format!(
+            "{location}: expected error near {near:?} at line {line}, got parse `{rendered}` — {shown:?}"
         )),
+    }
+}
+
+/// An event-stream statement in the form `parse:` lines write it: `stream-group [schema=S] table=T
+/// group=G [columns=A|B] [start=...] [filter=<canonical>]`, `ack-group ... group=G ids=1|2`,
+/// `seek ... group=G to=...`, `drop-group ... group=G`, `show-stream-groups`.
+fn render_stream(statement: &StreamStatement) -> String {
+    fn start(s: &StartAt) -> String {
+        match s {
+            StartAt::Latest => "latest".to_owned(),
+            StartAt::Earliest => "earliest".to_owned(),
+            StartAt::Timestamp(t) => format!("timestamp:{t}"),
+            StartAt::Event(n) => format!("event:{n}"),
+        }
+    }
+    match statement {
+        StreamStatement::Stream {
+            columns,
+            table: t,
+            group,
+            start: s,
+            filter,
+        } => {
+            let mut out = format!("stream-group {} group={}", table(t), name(group));
+            if let Some(columns) = columns {
+                out.push_str(&format!(" columns={}", columns.join("|")));
+            }
+            if let Some(s) = s {
+                out.push_str(&format!(" start={}", start(s)));
+            }
+            if let Some(f) = filter {
+                out.push_str(&format!(" filter={}", f.canonical()));
+            }
+            out
+        }
+        StreamStatement::Ack {
+            table: t,
+            group,
+            ids,
+        } => {
+            let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+            format!(
+                "ack-group {} group={} ids={}",
+                table(t),
+                name(group),
+                ids.join("|")
+            )
+        }
+        StreamStatement::Seek {
+            table: t,
+            group,
+            to,
+        } => {
+            format!("seek {} group={} to={}", table(t), name(group), start(to))
+        }
+        StreamStatement::DropGroup { table: t, group } => {
+            format!("drop-group {} group={}", table(t), name(group))
+        }
+        StreamStatement::ShowGroups => "show-stream-groups".to_owned(),
     }
 }
 

@@ -55,5 +55,6 @@ mod ops;
 mod raw_protocol;
 mod relay_fidelity;
 mod statements;
+mod streams;
 mod tls;
 mod types;

@@ -61,6 +61,10 @@ pub struct Cli {
     /// where only the scraper can reach it) [default: off]
     #[arg(long, env = "MSGPROXY_METRICS_LISTEN", value_name = "ADDR")]
     pub metrics_listen: Option<SocketAddr>,
+    /// msgproxy's own table of event-stream groups (progress and leases), `table` in the
+    /// backend URL's database or `db.table`; created if missing [default: msgproxy_stream_groups]
+    #[arg(long, env = "MSGPROXY_STREAM_GROUPS_TABLE", value_name = "NAME")]
+    pub stream_groups_table: Option<String>,
 }
 
 /// The optional configuration file. Every key is optional; unknown keys are errors so that a typo
@@ -92,6 +96,8 @@ pub struct FileConfig {
     pub tls: Option<TlsConfig>,
     /// Address of the Prometheus endpoint (`GET /metrics`), as `--metrics-listen`.
     pub metrics_listen: Option<SocketAddr>,
+    /// The event-stream groups' table, as `--stream-groups-table`.
+    pub stream_groups_table: Option<String>,
 }
 
 /// One user of the proxy. Give `password`, or `password_hash` (the `*HEX` form of
@@ -276,6 +282,8 @@ pub struct Config {
     pub require_tls: bool,
     /// Where to serve Prometheus metrics; `None`: not served.
     pub metrics_listen: Option<SocketAddr>,
+    /// msgproxy's own table of event-stream groups (`table` or `db.table`).
+    pub stream_groups_table: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -402,6 +410,10 @@ impl Config {
             tls,
             require_tls,
             metrics_listen: cli.metrics_listen.or(file.metrics_listen),
+            stream_groups_table: cli
+                .stream_groups_table
+                .or(file.stream_groups_table)
+                .unwrap_or_else(|| "msgproxy_stream_groups".to_owned()),
         })
     }
 }

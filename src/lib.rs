@@ -13,6 +13,8 @@
 //! - [`messaging`] — the message engine: table definitions, per-table managers, streams.
 //! - [`binlog`] — the binlog watcher: follows the backend's row-based binlog and tells the
 //!   engine about message-table rows written by anyone, and about DDL.
+//! - [`streams`] — event streams: `msgproxy_stream` tables read by consumer groups from the binlog,
+//!   with durable group progress and leases in msgproxy's own table (docs/STREAMS.md).
 //! - [`metrics`] — Prometheus metrics: the per-proxy counters, the page (with the per-table
 //!   counters of `messaging::stats`) and the `GET /metrics` endpoint.
 
@@ -26,3 +28,4 @@ pub mod messaging;
 pub mod metrics;
 pub mod protocol;
 pub mod relay;
+pub mod streams;

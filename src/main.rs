@@ -83,15 +83,23 @@ async fn run(config: Config) -> std::process::ExitCode {
     // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
     // and the pollers carry on alone.
     let binlog = BinlogWatcher::start(&backend, engine.clone(), shutdown.clone());
-    let ctx = match Context::new(config, shutdown.clone(), Some(engine.clone())) {
+    // Event streams: groups are served on demand, each with a binlog reader of its own.
+    let stream_engine = msgproxy::streams::engine::StreamEngine::start(
+        &backend,
+        &config.stream_groups_table,
+        shutdown.clone(),
+    );
+    let mut ctx = match Context::new(config, shutdown.clone(), Some(engine.clone())) {
         Ok(c) => c,
         Err(e) => {
             error!("{e}");
             return std::process::ExitCode::from(2);
         }
     };
+    ctx.stream_engine = Some(stream_engine.clone());
     if let Some(listener) = metrics_listener {
         let registry = msgproxy::metrics::Registry {
+            streams: Some(stream_engine),
             proxy: ctx.metrics.clone(),
             engine: Some(engine),
             binlog: Some(msgproxy::metrics::BinlogView {

@@ -493,7 +493,7 @@ impl<T: TableHandle> Follower<T> {
 
 /// The name of an artificial rotate event without the CRC32 that may trail it (see
 /// [`Follower::rotate`]).
-fn strip_crc<'n>(event: &Event, name: &'n [u8]) -> &'n [u8] {
+pub(crate) fn strip_crc<'n>(event: &Event, name: &'n [u8]) -> &'n [u8] {
     let data = event.data();
     if name.len() < 4 || data.len() < 4 {
         return name;

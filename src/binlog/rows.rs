@@ -559,7 +559,7 @@ fn upper_hex(bytes: &[u8], len: usize) -> String {
 /// A DECIMAL's text as the server prints it: no leading zeros in the integer part (but one
 /// zero before the point), the scale's digits kept, no minus on zero. mysql_common prints
 /// whole groups of nine digits, zeros included, for wide columns.
-fn normalize_decimal(text: &str) -> Option<String> {
+pub(crate) fn normalize_decimal(text: &str) -> Option<String> {
     let (negative, digits) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
@@ -587,7 +587,7 @@ fn normalize_decimal(text: &str) -> Option<String> {
 
 /// mysql_common reads a YEAR as `1900 + stored byte`; the stored 0 is the zero year, which the
 /// server prints as `0000` (1900 itself is outside YEAR's range).
-fn year_text(text: &str) -> Option<String> {
+pub(crate) fn year_text(text: &str) -> Option<String> {
     let year: u32 = text.parse().ok()?;
     Some(if year == 1900 || year == 0 {
         "0000".to_string()

@@ -589,7 +589,9 @@ fn is_position_gone(e: &impl ServerCode) -> bool {
 
 /// `SHOW MASTER STATUS` (`SHOW BINARY LOG STATUS` on MySQL 8.4, which dropped the old name):
 /// `None` when the binlog is off.
-async fn current_position(conn: &mut Conn) -> mysql_async::Result<Option<BinlogPosition>> {
+pub(crate) async fn current_position(
+    conn: &mut Conn,
+) -> mysql_async::Result<Option<BinlogPosition>> {
     let row: Option<Row> = match conn.query_first("SHOW MASTER STATUS").await {
         Err(e) if e.server_code() == Some(1064) => {
             conn.query_first("SHOW BINARY LOG STATUS").await?

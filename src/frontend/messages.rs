@@ -23,7 +23,7 @@ use crate::protocol::wire::{self, ok_packet, ErrorPacket};
 use crate::sql::{AckId, Classification, Keyword, Quoting, TableName, VirtualStatement};
 
 /// The answer to a question the proxy asked the server on the session's connection.
-enum Asked {
+pub(super) enum Asked {
     /// The one value (`None`: NULL).
     Value(Option<String>),
     /// An ERR payload for the client: the server's refusal (e.g. in an XA transaction's PREPARED
@@ -61,6 +61,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Answers a statement the classifier marked virtual.
     pub(super) async fn serve_virtual(&mut self, sql: &[u8]) -> Result<(), SessionEnd> {
+        // Event-stream statements (docs/STREAMS.md) have a grammar of their own.
+        if let Some(parsed) = crate::sql::parse_stream_statement(sql, self.quoting()) {
+            return self.serve_stream_statement(parsed).await;
+        }
         let statement = match crate::sql::parse_virtual_in(sql, self.quoting()) {
             Ok(s) => s,
             Err(e) => {
@@ -210,7 +214,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// The session's current database: the one the proxy is sure of, or else the server's
     /// answer to `SELECT DATABASE()` on the session's own connection (kept until something may
     /// change it again).
-    async fn current_database(&mut self) -> Result<Asked, SessionEnd> {
+    pub(super) async fn current_database(&mut self) -> Result<Asked, SessionEnd> {
         if let CurrentDb::Known(db) = &self.current_db {
             return Ok(Asked::Value(db.clone()));
         }
@@ -223,7 +227,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Asks the server for the text value of `expr` on the session's connection, in a form no
     /// `character_set_results` can garble (hex of its utf8mb4 bytes).
-    async fn ask_server(&mut self, expr: &str) -> Result<Asked, SessionEnd> {
+    pub(super) async fn ask_server(&mut self, expr: &str) -> Result<Asked, SessionEnd> {
         let sql = format!("SELECT HEX(CONVERT({expr} USING utf8mb4))");
         let outcome = match self.backend.query(&sql, self.deprecate_eof()).await {
             Ok(outcome) => outcome,
@@ -503,7 +507,7 @@ pub(super) fn virtual_not_prepared() -> ErrorPacket {
     ErrorPacket::new(
         crate::protocol::commands::ER_UNSUPPORTED_PS,
         "HY000",
-        "STREAM, ACK, SET workload and SHOW MESSAGE TABLES are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
+        "STREAM, ACK, SEEK, DROP GROUP, SET workload, SHOW MESSAGE TABLES and SHOW STREAM GROUPS are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
     )
 }
 

@@ -3,6 +3,7 @@
 
 mod backend_sessions;
 mod change_user;
+mod event_streams;
 mod interrupts;
 mod login;
 mod messages;
@@ -36,6 +37,8 @@ pub struct Context {
     pub shutdown: CancellationToken,
     /// The message engine; `None` only in set-ups that want a bare relay.
     pub engine: Option<Arc<crate::messaging::engine::Engine>>,
+    /// The event-stream engine (docs/STREAMS.md); `None` in set-ups without it.
+    pub stream_engine: Option<Arc<crate::streams::engine::StreamEngine>>,
     /// The proxy-wide counters (Prometheus), bumped by the accept loop and the sessions.
     pub metrics: Arc<crate::metrics::ProxyMetrics>,
     /// The streams running through this proxy, for `KILL QUERY`.
@@ -72,6 +75,7 @@ impl Context {
             tls,
             shutdown,
             engine,
+            stream_engine: None,
             metrics: Arc::default(),
             streams: Arc::default(),
             implicit_root: User {

@@ -133,7 +133,7 @@ fn show_message_tables_sql(tables: &[((String, String), Lookup)], now_ns: i64) -
 
 /// A string literal that survives every `sql_mode` and character set: `CONVERT(X'..' USING
 /// utf8mb4)`.
-fn text(s: &str) -> String {
+pub(super) fn text(s: &str) -> String {
     let mut out = String::with_capacity(s.len() * 2 + 30);
     out.push_str("CONVERT(X'");
     for b in s.bytes() {

@@ -190,6 +190,7 @@ mod tests {
 
     fn registry() -> Registry {
         Registry {
+            streams: None,
             proxy: Arc::new(ProxyMetrics::default()),
             engine: None,
             binlog: None,

@@ -120,6 +120,8 @@ pub struct Registry {
     pub proxy: Arc<ProxyMetrics>,
     pub engine: Option<Arc<Engine>>,
     pub binlog: Option<BinlogView>,
+    /// The event-stream groups this proxy knows (docs/STREAMS.md).
+    pub streams: Option<Arc<crate::streams::engine::StreamEngine>>,
 }
 
 /// One table's row of the page, gathered before any family is written (each family's samples
@@ -140,6 +142,7 @@ impl Registry {
         self.render_proxy(&mut e);
         self.render_binlog(&mut e, now_ms);
         self.render_tables(&mut e, now_ms);
+        self.render_stream_groups(&mut e);
         e.finish()
     }
 
@@ -309,6 +312,56 @@ impl Registry {
         e.sample("msgproxy_binlog_sessions_total", &[], status.sessions);
     }
 
+    /// One sample per family per event-stream group this proxy serves or waits for (the same
+    /// figures as `SHOW STREAM GROUPS`). Counters count since this proxy last took the group.
+    fn render_stream_groups(&self, e: &mut Exposition) {
+        let Some(streams) = &self.streams else {
+            return;
+        };
+        let groups = streams.local_groups();
+        type Field = fn(&crate::streams::engine::GroupInfo) -> exposition::Value;
+        let families: &[(&str, Kind, &str, Field)] = &[
+            ("msgproxy_stream_group_serving", Kind::Gauge,
+             "1 while this proxy serves the group (holds its lease), 0 while its streams here wait or it has stopped.",
+             |g| u64::from(g.status == "serving").into()),
+            ("msgproxy_stream_group_position", Kind::Gauge,
+             "The group's position: the lowest event id it has not finished (every event below it is acked or skipped by its filter).",
+             |g| g.position.into()),
+            ("msgproxy_stream_group_behind", Kind::Gauge,
+             "Events of the group read from the binlog and not yet acked (waiting or in flight).",
+             |g| g.behind.into()),
+            ("msgproxy_stream_group_oldest_unread_age_seconds", Kind::Gauge,
+             "Seconds since the oldest event the group has not finished was committed (0 when none).",
+             |g| g.oldest_age.unwrap_or(0.0).into()),
+            ("msgproxy_stream_group_in_flight", Kind::Gauge,
+             "Events sent to the group's streams and not yet acked.",
+             |g| g.in_flight.into()),
+            ("msgproxy_stream_group_streams", Kind::Gauge,
+             "Open STREAM ... GROUP connections of the group on this proxy.",
+             |g| g.streams.into()),
+            ("msgproxy_stream_events_sent_total", Kind::Counter,
+             "Events handed to the group's streams by this proxy (first deliveries and redeliveries).",
+             |g| g.sent.into()),
+            ("msgproxy_stream_events_redelivered_total", Kind::Counter,
+             "Of msgproxy_stream_events_sent_total, events handed out again (not acked within ack_wait, or their stream went away).",
+             |g| g.redelivered.into()),
+            ("msgproxy_stream_events_acked_total", Kind::Counter,
+             "Events of the group newly acked through this proxy.",
+             |g| g.acked.into()),
+        ];
+        for (name, kind, help, field) in families {
+            e.family(name, *kind, help);
+            for g in &groups {
+                let labels = [
+                    ("schema", g.key.schema.as_str()),
+                    ("table", g.key.table.as_str()),
+                    ("group", g.key.group.as_str()),
+                ];
+                e.sample(name, &labels, field(g));
+            }
+        }
+    }
+
     fn render_tables(&self, e: &mut Exposition, now_ms: u64) {
         let Some(engine) = &self.engine else {
             return;
@@ -422,6 +475,7 @@ mod tests {
         proxy.statement(Keyword::Other);
         proxy.backend_error(BackendErrorKind::Connect);
         let page = Registry {
+            streams: None,
             proxy,
             engine: None,
             binlog: None,

@@ -72,6 +72,12 @@ pub const ER_TABLE_DEF_CHANGED: u16 = 1412;
 pub const ER_UNKNOWN_ERROR: u16 = 1105;
 /// ER_UNKNOWN_CHARACTER_SET: "Unknown character set: '%s'".
 pub const ER_UNKNOWN_CHARACTER_SET: u16 = 1115;
+/// ER_WRONG_ARGUMENTS: "Incorrect arguments to %s" — a STREAM naming a group with another filter.
+pub const ER_WRONG_ARGUMENTS: u16 = 1210;
+/// ER_NOT_SUPPORTED_YET (42000) — a stream filter construct msgproxy does not evaluate.
+pub const ER_NOT_SUPPORTED_YET: u16 = 1235;
+/// ER_BAD_FIELD_ERROR: "Unknown column '%s' in '%s'" (42S22) — a STREAM column the table lacks.
+pub const ER_BAD_FIELD_ERROR: u16 = 1054;
 
 /// Whether a client may reject `code` when a server sends it. Codes 2000-2999 (CR_*) and
 /// 5000-5999 (MariaDB Connector/C's CER_*) belong to the client libraries: libmariadb (the
@@ -106,6 +112,9 @@ const _: () = {
         ER_TABLE_DEF_CHANGED,
         ER_UNKNOWN_ERROR,
         ER_UNKNOWN_CHARACTER_SET,
+        ER_WRONG_ARGUMENTS,
+        ER_NOT_SUPPORTED_YET,
+        ER_BAD_FIELD_ERROR,
         crate::sql::SyntaxError::CODE,
     ];
     let mut i = 0;

@@ -21,6 +21,8 @@
 //! - `set_statement.rs` — the statement inside `SET STATEMENT var = value FOR statement` (Connector/J's query
 //!   timeouts), which decides what the proxy does with the whole;
 //! - `statements.rs` — [`VirtualStatement`], [`parse_virtual`] and its MariaDB-worded [`SyntaxError`].
+//! - `stream_statements.rs`, `stream_filter.rs` — the event-stream statements (`STREAM ... GROUP`, `ACK ...
+//!   GROUP`, `SEEK`, `DROP GROUP`, `SHOW STREAM GROUPS`, docs/STREAMS.md) and a group's `WHERE` filter.
 //! - `property_tests.rs` (tests only) — fixed-seed properties across the classifier, the parser and `rewrite`:
 //!   what is relayed untouched, and odd names and ids surviving `STREAM`/`ACK`.
 
@@ -33,6 +35,8 @@ mod reserved;
 mod rewrite;
 mod set_statement;
 mod statements;
+mod stream_filter;
+mod stream_statements;
 
 #[cfg(test)]
 mod property_tests;
@@ -45,6 +49,11 @@ pub use rewrite::{rewrite, socket_literal};
 pub use set_statement::set_statement_body;
 pub use statements::{
     parse_virtual, parse_virtual_in, AckId, SyntaxError, TableName, VirtualStatement,
+};
+pub use stream_filter::{Filter, Literal};
+pub use stream_statements::{
+    is_stream_statement, parse_stream_statement, StartAt, StreamStatement, StreamStatementError,
+    MAX_GROUP_NAME,
 };
 
 /// What the proxy does with one statement.
@@ -90,6 +99,7 @@ pub enum Keyword {
     With,
     Stream,
     Ack,
+    Seek,
     Other,
 }
 
@@ -126,6 +136,7 @@ pub static KEYWORDS: &[(&str, Keyword)] = &[
     ("with", Keyword::With),
     ("stream", Keyword::Stream),
     ("ack", Keyword::Ack),
+    ("seek", Keyword::Seek),
 ];
 
 /// The longest name in [`KEYWORDS`]; longer words are not looked up at all.
@@ -206,11 +217,15 @@ pub const fn is_virtual(keyword: Keyword) -> bool {
 /// the unknown variable, which is the honest answer.
 ///
 /// `SHOW MESSAGE TABLES`, exactly, is virtual too (only `SHOW` statements pay for that check, and it
-/// allocates nothing either); any other `SHOW` is relayed.
+/// allocates nothing either); any other `SHOW` is relayed. So are the event-stream statements that
+/// start with `SEEK`, `DROP GROUP` and `SHOW STREAM` (`stream_statements::is_stream_statement`; the
+/// `STREAM ... GROUP` and `ACK ... GROUP` forms are virtual by their keyword already).
 fn action_for(keyword: Keyword, sql: &[u8]) -> Action {
     if is_virtual(keyword)
         || (keyword == Keyword::Set && statements::is_set_workload(sql))
         || (keyword == Keyword::Show && statements::is_show_message_tables(sql))
+        || (matches!(keyword, Keyword::Seek | Keyword::Drop | Keyword::Show)
+            && stream_statements::is_stream_statement(sql))
     {
         Action::Virtual
     } else {

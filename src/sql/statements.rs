@@ -467,7 +467,7 @@ const NEAR_CUT: usize = 77;
 
 /// The `near '...'` text for an error at the start of `rest` (see [`SyntaxError::near`]). Looks at no more
 /// of `rest` than it shows, so a huge statement costs nothing extra.
-fn near_text(rest: &[u8]) -> String {
+pub(super) fn near_text(rest: &[u8]) -> String {
     // The server formats the text as a C string.
     let rest = rest
         .iter()

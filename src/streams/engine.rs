@@ -1,0 +1,937 @@
+//! The groups this proxy serves, and the statements on them.
+//!
+//! A group exists in the store (msgproxy's own table) from its first `STREAM ... GROUP` (or
+//! `SEEK`) until `DROP GROUP`. A proxy with streams of a group runs one task for it
+//! ([`Group::run`]): it takes the group's lease, loads its progress, reads the binlog from there
+//! with a reader of its own, hands events to the group's streams, and saves the progress every
+//! [`SAVE_EVERY`] (so an `ACK` is durable within 100 ms). A proxy that cannot take the lease
+//! keeps trying; its streams wait, and take over from the durable progress once the serving
+//! proxy is gone. A group with no streams and nothing in flight for [`IDLE_AFTER`] gives its
+//! lease up and stops reading.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Opts, Pool};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::filter;
+use super::group::{GroupState, Progress, StreamId};
+use super::locate::{self, Target};
+use super::reader::{self, Event, ReaderError, ReaderMsg, ReaderTarget};
+use super::registry::{Registry, StreamLookup, StreamTable};
+use super::store::{GroupKey, GroupRow, Store, RENEW_EVERY};
+use crate::config::BackendTarget;
+use crate::sql::Filter;
+
+/// How often a serving group saves its progress when it changed.
+pub const SAVE_EVERY: Duration = Duration::from_millis(50);
+/// How often a proxy that waits for a group's lease asks for it again.
+const CLAIM_EVERY: Duration = Duration::from_millis(500);
+/// A group without streams and with nothing in flight this long stops being served here.
+const IDLE_AFTER: Duration = Duration::from_secs(30);
+/// How often the stream tables are read again.
+const RELOAD_EVERY: Duration = Duration::from_secs(10);
+
+/// Why a statement on a group failed: the error to send (code, SQLSTATE, message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamError {
+    pub code: u16,
+    pub sqlstate: &'static str,
+    pub message: String,
+}
+
+impl StreamError {
+    fn new(code: u16, sqlstate: &'static str, message: impl Into<String>) -> StreamError {
+        StreamError {
+            code,
+            sqlstate,
+            message: message.into(),
+        }
+    }
+
+    fn backend(e: impl std::fmt::Display) -> StreamError {
+        StreamError::new(
+            crate::protocol::commands::ER_UNKNOWN_ERROR,
+            "HY000",
+            format!("msgproxy could not reach its stream-groups table on the backend: {e}"),
+        )
+    }
+}
+
+/// Where a group is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Waiting for the lease; `Some`: the proxy that holds it.
+    Waiting(Option<String>),
+    /// Holding the lease, the binlog reader not yet open.
+    Starting,
+    Serving,
+    /// The group cannot go on (its position left the binlog, ...): the message for its streams.
+    Failed(String),
+    /// `DROP GROUP`, or the proxy is stopping.
+    Gone(String),
+}
+
+struct Inner {
+    mode: Mode,
+    state: Option<GroupState>,
+    streams: HashSet<StreamId>,
+    next_stream: StreamId,
+    /// A `SEEK` for the task to apply.
+    seek: Option<Progress>,
+    /// When the last stream left.
+    idle_since: Option<Instant>,
+}
+
+/// One group served (or waited for) by this proxy.
+pub struct Group {
+    pub key: GroupKey,
+    table: Mutex<Arc<StreamTable>>,
+    pub filter: Option<Filter>,
+    inner: Mutex<Inner>,
+    /// Wakes the group's streams: events, room, or a change of mode.
+    pub changed: Notify,
+    /// Wakes the group's task: a seek, or a stream left.
+    control: Notify,
+    stop: CancellationToken,
+}
+
+/// A figure of a group for `SHOW STREAM GROUPS` and metrics.
+#[derive(Debug, Clone)]
+pub struct GroupInfo {
+    pub key: GroupKey,
+    pub filter: String,
+    pub position: u64,
+    /// Events read and not done.
+    pub behind: u64,
+    /// Seconds since the oldest unread event committed, when known.
+    pub oldest_age: Option<f64>,
+    pub in_flight: u64,
+    pub streams: u64,
+    pub serving: Option<String>,
+    pub status: String,
+    pub sent: u64,
+    pub redelivered: u64,
+    pub acked: u64,
+}
+
+impl Group {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn table(&self) -> Arc<StreamTable> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.lock().mode.clone()
+    }
+
+    /// The next batch for `stream`, if there is one now.
+    pub fn try_batch(&self, stream: StreamId) -> Option<Vec<Arc<Event>>> {
+        let options = self.table().options.clone();
+        let mut inner = self.lock();
+        let state = inner.state.as_mut()?;
+        if !state.has_waiting() || !state.has_room(stream, options.max_unacked) {
+            return None;
+        }
+        let batch = state.take_batch(
+            stream,
+            options.batch_size,
+            options.max_unacked,
+            Instant::now(),
+            options.ack_wait,
+        );
+        (!batch.is_empty()).then_some(batch)
+    }
+
+    /// A stream leaves: what it held is sent again.
+    pub fn leave(&self, stream: StreamId) {
+        let mut inner = self.lock();
+        inner.streams.remove(&stream);
+        if inner.streams.is_empty() {
+            inner.idle_since = Some(Instant::now());
+        }
+        if let Some(state) = inner.state.as_mut() {
+            state.stream_gone(stream);
+        }
+        drop(inner);
+        self.changed.notify_waiters();
+        self.control.notify_one();
+    }
+
+    fn info(&self) -> GroupInfo {
+        let inner = self.lock();
+        let now = crate::binlog::unix_ms() as f64 / 1000.0;
+        let (position, behind, in_flight, oldest, sent, redelivered, acked) = match &inner.state {
+            Some(s) => (
+                s.floor(),
+                s.outstanding() as u64,
+                s.in_flight() as u64,
+                s.oldest_outstanding_timestamp(),
+                s.sent,
+                s.redelivered,
+                s.acked_count,
+            ),
+            None => (0, 0, 0, None, 0, 0, 0),
+        };
+        let (status, serving) = match &inner.mode {
+            Mode::Serving => ("serving".to_owned(), None),
+            Mode::Starting => ("opening the binlog".to_owned(), None),
+            Mode::Waiting(owner) => ("waiting for the lease".to_owned(), owner.clone()),
+            Mode::Failed(why) | Mode::Gone(why) => (why.clone(), None),
+        };
+        GroupInfo {
+            key: self.key.clone(),
+            filter: self
+                .filter
+                .as_ref()
+                .map(Filter::canonical)
+                .unwrap_or_default(),
+            position,
+            behind,
+            oldest_age: oldest.map(|t| (now - f64::from(t)).max(0.0)),
+            in_flight,
+            streams: inner.streams.len() as u64,
+            serving,
+            status,
+            sent,
+            redelivered,
+            acked,
+        }
+    }
+}
+
+/// The event-stream engine of one proxy.
+pub struct StreamEngine {
+    pool: Pool,
+    registry: Registry,
+    store: Store,
+    groups: Mutex<HashMap<GroupKey, Arc<Group>>>,
+    /// This proxy's name in leases: host, process and a random part.
+    pub me: String,
+    reader_opts: Opts,
+    server_id: u32,
+    shutdown: CancellationToken,
+    table_ready: tokio::sync::OnceCell<()>,
+}
+
+impl StreamEngine {
+    /// Starts the engine: the registry and its periodic reload. `groups_table` is the
+    /// `--stream-groups-table` flag.
+    pub fn start(
+        backend: &BackendTarget,
+        groups_table: &str,
+        shutdown: CancellationToken,
+    ) -> Arc<StreamEngine> {
+        let constraints = mysql_async::PoolConstraints::new(1, 16).unwrap_or_default();
+        let opts = backend
+            .mysql_async_opts()
+            .client_found_rows(true)
+            .setup(vec!["SET time_zone = '+00:00'"])
+            .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
+        let pool = Pool::new(opts);
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "msgproxy".into());
+        let me = format!(
+            "{host}:{}:{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let engine = Arc::new(StreamEngine {
+            store: Store::new(pool.clone(), groups_table),
+            pool,
+            registry: Registry::default(),
+            groups: Mutex::new(HashMap::new()),
+            me,
+            reader_opts: backend.mysql_async_opts().into(),
+            server_id: 0x4D58_0000 | (rand::random::<u32>() & 0x000F_FFFF),
+            shutdown,
+            table_ready: tokio::sync::OnceCell::new(),
+        });
+        // Stream tables are read when a statement names one the registry does not know, and
+        // then again every RELOAD_EVERY (for changed options) — only once some are known: a
+        // proxy whose clients never use event streams never asks (information_schema.TABLES
+        // opens every table of the server).
+        let periodic = engine.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = periodic.shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(RELOAD_EVERY) => {}
+                }
+                if periodic.registry.is_empty() {
+                    continue;
+                }
+                if let Err(e) = periodic.registry.reload(&periodic.pool).await {
+                    tracing::debug!("loading the stream tables failed: {e}");
+                }
+            }
+        });
+        engine
+    }
+
+    /// The stream table `schema`.`name`; a miss reads the tables again first (a table created a
+    /// moment ago).
+    pub async fn lookup(&self, schema: &str, name: &str) -> StreamLookup {
+        match self.registry.lookup(schema, name) {
+            StreamLookup::NotStreamTable => {
+                if let Err(e) = self.registry.reload(&self.pool).await {
+                    warn!("loading the stream tables failed: {e}");
+                }
+                self.registry.lookup(schema, name)
+            }
+            found => found,
+        }
+    }
+
+    async fn ready(&self) -> Result<(), StreamError> {
+        self.table_ready
+            .get_or_try_init(|| async { self.store.ensure_table().await })
+            .await
+            .map(|_| ())
+            .map_err(StreamError::backend)
+    }
+
+    /// Whether the server's binlog can carry event streams; the error names what is missing.
+    async fn check_server(&self) -> Result<(), StreamError> {
+        let mut conn = self.pool.get_conn().await.map_err(StreamError::backend)?;
+        let names = crate::binlog::prereq::VARIABLES
+            .iter()
+            .map(|v| format!("'{v}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let vars: HashMap<String, String> = conn
+            .query::<(String, String), _>(format!(
+                "SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})"
+            ))
+            .await
+            .map_err(StreamError::backend)?
+            .into_iter()
+            .collect();
+        let mut problems: Vec<String> = crate::binlog::prereq::check_variables(&vars)
+            .iter()
+            .map(|m| m.describe("msgproxy's backend user"))
+            .collect();
+        let mariadb = vars.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("version") && v.to_lowercase().contains("mariadb")
+        });
+        if !mariadb {
+            problems.push(
+                "the server is not MariaDB: event ids are made from MariaDB's GTIDs (gtid_domain_id, seq_no)"
+                    .into(),
+            );
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(StreamError::new(
+                crate::protocol::commands::ER_UNKNOWN_ERROR,
+                "HY000",
+                format!(
+                    "event streams cannot follow this server's binlog: {}",
+                    problems.join("; ")
+                ),
+            ))
+        }
+    }
+
+    /// Joins a stream to the group (creating it at `start` if new): the group and the stream's
+    /// number in it.
+    pub async fn join(
+        self: &Arc<Self>,
+        key: GroupKey,
+        table: Arc<StreamTable>,
+        filter: Option<Filter>,
+        start: Target,
+    ) -> Result<(Arc<Group>, StreamId), StreamError> {
+        self.ready().await?;
+        self.check_server().await?;
+        let canonical = filter.as_ref().map(Filter::canonical).unwrap_or_default();
+        let row = match self.store.load(&key).await.map_err(StreamError::backend)? {
+            Some(row) => row,
+            None => {
+                let progress = locate::resolve(
+                    &self.reader_opts,
+                    self.server_id,
+                    &key.schema,
+                    &key.table,
+                    start,
+                )
+                .await
+                .map_err(|e| {
+                    StreamError::new(
+                        crate::protocol::commands::ER_UNKNOWN_ERROR,
+                        "HY000",
+                        format!(
+                            "cannot find where group '{}' starts in the binlog: {e}",
+                            key.group
+                        ),
+                    )
+                })?;
+                self.store
+                    .create(&key, &canonical, &progress)
+                    .await
+                    .map_err(StreamError::backend)?
+                    .ok_or_else(|| StreamError::backend("the new group's row is not there"))?
+            }
+        };
+        if row.filter != canonical {
+            let shown = |f: &str| {
+                if f.is_empty() {
+                    "no filter".to_owned()
+                } else {
+                    format!("WHERE {f}")
+                }
+            };
+            return Err(StreamError::new(
+                crate::protocol::commands::ER_WRONG_ARGUMENTS,
+                "HY000",
+                format!(
+                    "group '{}' of {} was created with {}, not {}: a group's filter is fixed at its creation; use another group name, or DROP GROUP first",
+                    key.group,
+                    table.qualified(),
+                    shown(&row.filter),
+                    shown(&canonical)
+                ),
+            ));
+        }
+        // The stream is added under the map's lock: a task giving an idle group up takes the
+        // same lock and looks at the group's streams once more (see `give_up_if_idle`).
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let group = {
+            match groups.get(&key) {
+                Some(g) if !matches!(g.mode(), Mode::Gone(_)) => g.clone(),
+                _ => {
+                    let group = Arc::new(Group {
+                        key: key.clone(),
+                        table: Mutex::new(table.clone()),
+                        filter,
+                        inner: Mutex::new(Inner {
+                            mode: Mode::Waiting(None),
+                            state: None,
+                            streams: HashSet::new(),
+                            next_stream: 1,
+                            seek: None,
+                            idle_since: None,
+                        }),
+                        changed: Notify::new(),
+                        control: Notify::new(),
+                        stop: self.shutdown.child_token(),
+                    });
+                    groups.insert(key.clone(), group.clone());
+                    tokio::spawn(self.clone().run(group.clone()));
+                    group
+                }
+            }
+        };
+        *group.table.lock().unwrap_or_else(|e| e.into_inner()) = table;
+        let stream = {
+            let mut inner = group.lock();
+            let id = inner.next_stream;
+            inner.next_stream += 1;
+            inner.streams.insert(id);
+            inner.idle_since = None;
+            id
+        };
+        drop(groups);
+        Ok((group, stream))
+    }
+
+    /// `ACK t GROUP 'g' ids`: how many were newly acked. The group must be served here.
+    pub async fn ack(&self, key: &GroupKey, ids: &[u64]) -> Result<u64, StreamError> {
+        let group = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned();
+        if let Some(group) = group {
+            let mut inner = group.lock();
+            // The state exists while this proxy holds the lease.
+            if let Some(state) = inner.state.as_mut() {
+                let n = state.ack(ids);
+                drop(inner);
+                group.changed.notify_waiters();
+                return Ok(n);
+            }
+        }
+        self.ready().await?;
+        match self.store.load(key).await.map_err(StreamError::backend)? {
+            Some(GroupRow {
+                owner: Some(owner), ..
+            }) => Err(StreamError::new(
+                crate::protocol::commands::ER_UNKNOWN_ERROR,
+                "HY000",
+                format!(
+                    "group '{}' is served by the msgproxy {owner}: ACK through that proxy (the one its STREAM connections use)",
+                    key.group
+                ),
+            )),
+            // Nobody serves it, so nothing of it is in flight: nothing to ack.
+            Some(_) => Ok(0),
+            None => Err(StreamError::new(
+                crate::protocol::commands::ER_UNKNOWN_ERROR,
+                "HY000",
+                format!(
+                    "there is no group '{}' on `{}`.`{}`; STREAM ... GROUP creates it",
+                    key.group, key.schema, key.table
+                ),
+            )),
+        }
+    }
+
+    /// `SEEK`: moves the group (creating it if new, without a filter); what it had in flight is
+    /// dropped.
+    pub async fn seek(&self, key: &GroupKey, to: Target) -> Result<(), StreamError> {
+        self.ready().await?;
+        self.check_server().await?;
+        let local = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned();
+        let served_here = local.as_ref().is_some_and(|g| g.lock().state.is_some());
+        if !served_here {
+            // The serving proxy's next save would undo a SEEK written behind its back.
+            if let Some(GroupRow {
+                owner: Some(owner), ..
+            }) = self.store.load(key).await.map_err(StreamError::backend)?
+            {
+                return Err(StreamError::new(
+                    crate::protocol::commands::ER_UNKNOWN_ERROR,
+                    "HY000",
+                    format!(
+                        "group '{}' is served by the msgproxy {owner}: SEEK through that proxy",
+                        key.group
+                    ),
+                ));
+            }
+        }
+        let progress = locate::resolve(
+            &self.reader_opts,
+            self.server_id,
+            &key.schema,
+            &key.table,
+            to,
+        )
+        .await
+        .map_err(|e| {
+            StreamError::new(
+                crate::protocol::commands::ER_UNKNOWN_ERROR,
+                "HY000",
+                format!("cannot find that position in the binlog: {e}"),
+            )
+        })?;
+        let existed = self
+            .store
+            .seek(key, &progress)
+            .await
+            .map_err(StreamError::backend)?;
+        if !existed
+            && self
+                .store
+                .create(key, "", &progress)
+                .await
+                .map_err(StreamError::backend)?
+                .is_none()
+        {
+            return Err(StreamError::backend("the group's row is not there"));
+        }
+        let group = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned();
+        if let Some(group) = group {
+            group.lock().seek = Some(progress);
+            group.control.notify_one();
+        }
+        Ok(())
+    }
+
+    /// `DROP GROUP`: whether the group existed. Its streams here end.
+    pub async fn drop_group(&self, key: &GroupKey) -> Result<bool, StreamError> {
+        self.ready().await?;
+        let existed = self.store.delete(key).await.map_err(StreamError::backend)?;
+        let group = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        if let Some(group) = group {
+            group.lock().mode = Mode::Gone(format!("group '{}' was dropped", key.group));
+            group.stop.cancel();
+            group.changed.notify_waiters();
+        }
+        Ok(existed)
+    }
+
+    /// Every group: the store's rows, with this proxy's figures for the groups it serves.
+    pub async fn show(&self) -> Result<Vec<GroupInfo>, StreamError> {
+        self.ready().await?;
+        let rows = self.store.all().await.map_err(StreamError::backend)?;
+        let local: HashMap<GroupKey, GroupInfo> = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|g| (g.key.clone(), g.info()))
+            .collect();
+        Ok(rows
+            .into_iter()
+            .map(|row| match local.get(&row.key) {
+                Some(info) if info.status == "serving" => GroupInfo {
+                    serving: Some(self.me.clone()),
+                    ..info.clone()
+                },
+                Some(info) => GroupInfo {
+                    position: row.progress.floor,
+                    serving: row.owner.clone(),
+                    ..info.clone()
+                },
+                None => GroupInfo {
+                    key: row.key.clone(),
+                    filter: row.filter.clone(),
+                    position: row.progress.floor,
+                    behind: 0,
+                    oldest_age: None,
+                    in_flight: 0,
+                    streams: 0,
+                    serving: row.owner.clone(),
+                    status: if row.owner.is_some() {
+                        "served by another proxy".into()
+                    } else {
+                        "idle".into()
+                    },
+                    sent: 0,
+                    redelivered: 0,
+                    acked: 0,
+                },
+            })
+            .collect())
+    }
+
+    /// The groups this proxy knows, for metrics.
+    pub fn local_groups(&self) -> Vec<GroupInfo> {
+        let mut all: Vec<GroupInfo> = self
+            .groups
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|g| g.info())
+            .collect();
+        all.sort_by(|a, b| a.key.cmp(&b.key));
+        all
+    }
+
+    fn forget(&self, group: &Arc<Group>) {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if groups
+            .get(&group.key)
+            .is_some_and(|g| Arc::ptr_eq(g, group))
+        {
+            groups.remove(&group.key);
+        }
+    }
+
+    fn set_mode(group: &Group, mode: Mode) {
+        let mut inner = group.lock();
+        if !matches!(inner.mode, Mode::Gone(_)) {
+            inner.mode = mode;
+        }
+        drop(inner);
+        group.changed.notify_waiters();
+    }
+
+    /// Ends the group here if it is idle: under the map's lock (which `join` holds while it
+    /// adds a stream), so a stream never joins a group that is going away.
+    fn give_up_if_idle(&self, group: &Arc<Group>) -> bool {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if !Self::idle(group) {
+            return false;
+        }
+        group.lock().mode = Mode::Gone("idle".into());
+        if groups
+            .get(&group.key)
+            .is_some_and(|g| Arc::ptr_eq(g, group))
+        {
+            groups.remove(&group.key);
+        }
+        true
+    }
+
+    /// Whether the group has had no streams and nothing in flight for [`IDLE_AFTER`].
+    fn idle(group: &Group) -> bool {
+        let inner = group.lock();
+        inner.streams.is_empty()
+            && inner.idle_since.is_some_and(|t| t.elapsed() >= IDLE_AFTER)
+            && inner.state.as_ref().is_none_or(|s| s.in_flight() == 0)
+    }
+
+    /// The group's task: lease, load, read, deliver, save; again after losing the lease.
+    async fn run(self: Arc<Self>, group: Arc<Group>) {
+        loop {
+            // Take the lease.
+            loop {
+                if group.stop.is_cancelled() {
+                    return self.forget(&group);
+                }
+                if self.give_up_if_idle(&group) {
+                    return;
+                }
+                match self.store.claim(&group.key, &self.me).await {
+                    Ok(true) => break,
+                    Ok(false) => {
+                        let owner = self.store.load(&group.key).await.ok().flatten();
+                        match owner {
+                            None => {
+                                Self::set_mode(
+                                    &group,
+                                    Mode::Gone(format!("group '{}' was dropped", group.key.group)),
+                                );
+                                return self.forget(&group);
+                            }
+                            Some(row) => Self::set_mode(&group, Mode::Waiting(row.owner)),
+                        }
+                    }
+                    Err(e) => tracing::debug!("claiming group {:?}: {e}", group.key),
+                }
+                tokio::select! {
+                    _ = group.stop.cancelled() => {}
+                    _ = tokio::time::sleep(CLAIM_EVERY) => {}
+                }
+            }
+            match self.serve(&group).await {
+                Served::LostLease => {
+                    info!(
+                        "group '{}' of `{}`.`{}`: another msgproxy took it over",
+                        group.key.group, group.key.schema, group.key.table
+                    );
+                    let mut inner = group.lock();
+                    inner.state = None;
+                    inner.mode = Mode::Waiting(None);
+                    drop(inner);
+                    group.changed.notify_waiters();
+                }
+                Served::Stopped => {
+                    let _ = self.store.release(&group.key, &self.me).await;
+                    return self.forget(&group);
+                }
+            }
+        }
+    }
+
+    /// Serves the group while this proxy holds its lease.
+    async fn serve(&self, group: &Arc<Group>) -> Served {
+        let Ok(Some(row)) = self.store.load(&group.key).await else {
+            return Served::LostLease;
+        };
+        let mut progress = row.progress;
+        loop {
+            let reader_stop = group.stop.child_token();
+            let (tx, mut rx) = mpsc::channel::<ReaderMsg>(64);
+            {
+                let mut inner = group.lock();
+                let mut state = GroupState::new(progress.clone());
+                // Saved at the first tick: after a SEEK, a save of the old state may have
+                // landed after the SEEK's own write.
+                state.mark_dirty();
+                inner.state = Some(state);
+                inner.seek = None;
+                if !matches!(inner.mode, Mode::Gone(_)) {
+                    inner.mode = Mode::Starting;
+                }
+            }
+            group.changed.notify_waiters();
+            let target = ReaderTarget {
+                opts: self.reader_opts.clone(),
+                server_id: self.server_id ^ (rand::random::<u32>() & 0xFFFF),
+                schema: group.key.schema.clone(),
+                table: group.key.table.clone(),
+            };
+            tokio::spawn(reader::run(
+                target,
+                progress.resume.clone(),
+                tx,
+                reader_stop.clone(),
+            ));
+            let end = self.deliver(group, &mut rx).await;
+            reader_stop.cancel();
+            match end {
+                Delivered::Seek(to) => progress = to,
+                Delivered::LostLease => return Served::LostLease,
+                Delivered::Stopped => {
+                    // The last progress, saved before the lease goes.
+                    let last = group.lock().state.as_ref().map(GroupState::snapshot);
+                    if let Some(p) = last {
+                        let _ = self.store.save(&group.key, &self.me, &p).await;
+                    }
+                    return Served::Stopped;
+                }
+            }
+        }
+    }
+
+    /// Runs one reader's events into the group until a seek, the lease is lost, or the group
+    /// stops.
+    async fn deliver(&self, group: &Arc<Group>, rx: &mut mpsc::Receiver<ReaderMsg>) -> Delivered {
+        let mut save = tokio::time::interval(SAVE_EVERY);
+        save.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_save = Instant::now();
+        let mut reading = true;
+        loop {
+            let (window, next_deadline) = {
+                let table = group.table();
+                let mut inner = group.lock();
+                let streams = inner.streams.len().max(1);
+                let window = (table.options.max_unacked.saturating_mul(streams))
+                    .max(table.options.batch_size * 4)
+                    .min(1_000_000);
+                let next = inner.state.as_mut().and_then(|s| s.expire(Instant::now()));
+                (
+                    inner.state.as_ref().is_some_and(|s| s.wants_more(window)),
+                    next,
+                )
+            };
+            group.changed.notify_waiters();
+            let deadline = next_deadline.map_or_else(
+                || tokio::time::Instant::now() + Duration::from_secs(3600),
+                tokio::time::Instant::from_std,
+            );
+            tokio::select! {
+                _ = group.stop.cancelled() => return Delivered::Stopped,
+                msg = rx.recv(), if window && reading => match msg {
+                    Some(ReaderMsg::Committed { events, end }) => {
+                        let table = group.table();
+                        let mut inner = group.lock();
+                        if let Some(state) = inner.state.as_mut() {
+                            state.committed(events, end, |e| {
+                                group.filter.as_ref().is_none_or(|f| filter::matches(f, e, &*table))
+                            });
+                        }
+                    }
+                    Some(ReaderMsg::Opened) => {
+                        if group.mode() == Mode::Starting {
+                            Self::set_mode(group, Mode::Serving);
+                        }
+                    }
+                    Some(ReaderMsg::Progress(end)) => {
+                        if let Some(state) = group.lock().state.as_mut() {
+                            state.progress(end);
+                        }
+                    }
+                    Some(ReaderMsg::Failed(ReaderError::TableGone(at))) => {
+                        // Groups of a dropped table are gone with it (STREAMS.md §2).
+                        let why = format!(
+                            "the table `{}`.`{}` was dropped or renamed (binlog {at}); group '{}' is gone with it",
+                            group.key.schema, group.key.table, group.key.group
+                        );
+                        info!("{why}");
+                        if let Err(e) = self.store.delete(&group.key).await {
+                            warn!("forgetting group {:?} of a dropped table: {e}", group.key);
+                        }
+                        Self::set_mode(group, Mode::Gone(why));
+                        return Delivered::Stopped;
+                    }
+                    Some(ReaderMsg::Failed(e)) => {
+                        reading = false;
+                        let why = self.failure_message(group, &e).await;
+                        warn!("{why}");
+                        Self::set_mode(group, Mode::Failed(why));
+                    }
+                    None => {
+                        // The reader ends by itself only after a Failed; gone without one, it
+                        // panicked on an event: going on would deliver nothing, silently.
+                        reading = false;
+                        if !group.stop.is_cancelled() {
+                            let why = format!(
+                                "group '{}' of `{}`.`{}` stopped: its binlog reader failed on an event it could not read (see msgproxy's log); SEEK the group past it, or report the event",
+                                group.key.group, group.key.schema, group.key.table
+                            );
+                            warn!("{why}");
+                            Self::set_mode(group, Mode::Failed(why));
+                        }
+                    }
+                },
+                _ = tokio::time::sleep_until(deadline) => {}
+                _ = group.control.notified() => {
+                    let seek = group.lock().seek.take();
+                    if let Some(to) = seek {
+                        return Delivered::Seek(to);
+                    }
+                    if self.give_up_if_idle(group) {
+                        return Delivered::Stopped;
+                    }
+                }
+                _ = save.tick() => {
+                    let (changed, snapshot) = {
+                        let mut inner = group.lock();
+                        match inner.state.as_mut() {
+                            Some(s) => (s.take_progress(), Some(s.snapshot())),
+                            None => (None, None),
+                        }
+                    };
+                    let due = last_save.elapsed() >= RENEW_EVERY;
+                    let to_save = changed.or(if due { snapshot } else { None });
+                    if let Some(p) = to_save {
+                        match self.store.save(&group.key, &self.me, &p).await {
+                            Ok(true) => last_save = Instant::now(),
+                            Ok(false) => return Delivered::LostLease,
+                            Err(e) => {
+                                // Saved at the next tick; the lease lasts long enough.
+                                tracing::debug!("saving group {:?}: {e}", group.key);
+                                if let Some(state) = group.lock().state.as_mut() {
+                                    state.mark_dirty();
+                                }
+                            }
+                        }
+                    }
+                    if self.give_up_if_idle(group) {
+                        return Delivered::Stopped;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The message for a reader that stopped for good.
+    async fn failure_message(&self, group: &Group, e: &ReaderError) -> String {
+        match e {
+            ReaderError::PositionGone { at, .. } => {
+                let position = group.lock().state.as_ref().map_or(0, GroupState::floor);
+                let oldest = locate::oldest_event(&self.reader_opts, self.server_id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .map_or("none".to_owned(), |id| id.to_string());
+                format!(
+                    "group '{}' of `{}`.`{}` is at event {position} (binlog {at}), which the server's binlog no longer holds; the oldest event it holds is {oldest}. SEEK `{}`.`{}` GROUP '...' TO EARLIEST (or TO EVENT n) to go on from there",
+                    group.key.group, group.key.schema, group.key.table, group.key.schema, group.key.table
+                )
+            }
+            other => format!(
+                "group '{}' of `{}`.`{}` stopped: {other}",
+                group.key.group, group.key.schema, group.key.table
+            ),
+        }
+    }
+}
+
+enum Served {
+    LostLease,
+    Stopped,
+}
+
+enum Delivered {
+    Seek(Progress),
+    LostLease,
+    Stopped,
+}

@@ -1,0 +1,121 @@
+use super::*;
+use crate::streams::reader::event_id;
+
+fn pos(p: u64) -> BinlogPosition {
+    BinlogPosition {
+        file: "bin.000001".into(),
+        pos: p,
+    }
+}
+
+fn ev(seq: u64, ordinal: u64) -> Event {
+    Event {
+        id: event_id(seq, ordinal),
+        tx_start: pos(seq * 100),
+        timestamp: seq as u32,
+        columns: Vec::new().into(),
+        values: Vec::new(),
+    }
+}
+
+fn ids(batch: &[Arc<Event>]) -> Vec<u64> {
+    batch.iter().map(|e| e.id).collect()
+}
+
+fn fresh() -> GroupState {
+    GroupState::new(Progress {
+        floor: 0,
+        resume: pos(4),
+        acked: vec![],
+    })
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+
+#[test]
+fn competing_streams_share_in_order_and_batches_are_bounded() {
+    let mut g = fresh();
+    g.committed((0..5).map(|i| ev(1, i)).collect(), pos(150), |_| true);
+    let now = Instant::now();
+    let a = g.take_batch(1, 2, 1000, now, WAIT);
+    let b = g.take_batch(2, 2, 1000, now, WAIT);
+    let c = g.take_batch(1, 10, 3, now, WAIT);
+    assert_eq!(ids(&a), vec![event_id(1, 0), event_id(1, 1)]);
+    assert_eq!(ids(&b), vec![event_id(1, 2), event_id(1, 3)]);
+    // max_unacked 3: stream 1 holds 2, so one more.
+    assert_eq!(ids(&c), vec![event_id(1, 4)]);
+    assert!(!g.has_room(1, 3));
+}
+
+#[test]
+fn floor_resume_and_acks() {
+    let mut g = fresh();
+    g.committed(vec![ev(1, 0), ev(1, 1)], pos(150), |_| true);
+    g.committed(vec![ev(2, 0)], pos(250), |_| true);
+    let now = Instant::now();
+    let batch = g.take_batch(1, 10, 1000, now, WAIT);
+    assert_eq!(batch.len(), 3);
+    // Ack the middle one: the floor stays at the first, which is still outstanding.
+    assert_eq!(g.ack(&[event_id(1, 1)]), 1);
+    assert_eq!(g.ack(&[event_id(1, 1), 999]), 0);
+    let p = g.snapshot();
+    assert_eq!(p.floor, event_id(1, 0));
+    assert_eq!(p.resume, pos(100));
+    assert_eq!(p.acked, vec![event_id(1, 1)]);
+    // A restart from that progress sees the transaction again and skips the acked event.
+    let mut again = GroupState::new(p);
+    again.committed(vec![ev(1, 0), ev(1, 1)], pos(150), |_| true);
+    again.committed(vec![ev(2, 0)], pos(250), |_| true);
+    assert_eq!(
+        ids(&again.take_batch(1, 10, 1000, now, WAIT)),
+        vec![event_id(1, 0), event_id(2, 0)]
+    );
+    // Everything acked: the floor is past the last event, resume at the end read.
+    assert_eq!(g.ack(&[event_id(1, 0), event_id(2, 0)]), 2);
+    let p = g.snapshot();
+    assert_eq!(
+        (p.floor, p.resume.clone(), p.acked),
+        (event_id(2, 0) + 1, pos(250), vec![])
+    );
+}
+
+#[test]
+fn filtered_events_count_as_done() {
+    let mut g = fresh();
+    g.committed(vec![ev(1, 0), ev(1, 1), ev(1, 2)], pos(150), |e| {
+        e.id == event_id(1, 1)
+    });
+    assert_eq!(g.outstanding(), 1);
+    assert_eq!(g.floor(), event_id(1, 1));
+    g.ack(&[event_id(1, 1)]);
+    assert_eq!(g.floor(), event_id(1, 2) + 1);
+}
+
+#[test]
+fn redelivery_after_the_deadline_and_when_a_stream_leaves() {
+    let mut g = fresh();
+    g.committed(vec![ev(1, 0), ev(1, 1)], pos(150), |_| true);
+    let now = Instant::now();
+    assert_eq!(g.take_batch(1, 1, 1000, now, WAIT).len(), 1);
+    assert_eq!(g.take_batch(2, 1, 1000, now, WAIT).len(), 1);
+    assert!(g.take_batch(3, 10, 1000, now, WAIT).is_empty());
+    assert_eq!(g.expire(now + Duration::from_secs(1)), Some(now + WAIT));
+    assert_eq!(g.expire(now + WAIT), None);
+    // Both wait again, the lower id first, for any stream.
+    assert_eq!(
+        ids(&g.take_batch(3, 10, 1000, now + WAIT, WAIT)),
+        vec![event_id(1, 0), event_id(1, 1)]
+    );
+    g.stream_gone(3);
+    assert!(g.has_room(3, 1));
+    assert_eq!(g.take_batch(4, 10, 1000, now, WAIT).len(), 2);
+    assert_eq!((g.sent, g.redelivered), (6, 4));
+}
+
+#[test]
+fn the_window_bounds_what_is_read() {
+    let mut g = fresh();
+    g.committed((0..10).map(|i| ev(1, i)).collect(), pos(150), |_| true);
+    assert!(!g.wants_more(10));
+    assert!(g.wants_more(11));
+}

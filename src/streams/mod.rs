@@ -1,0 +1,27 @@
+//! Event streams (docs/STREAMS.md): a table's committed inserts, in commit order, read by any
+//! number of consumer groups from the binlog; msgproxy never writes to the table.
+//!
+//! - `options.rs` — the `msgproxy_stream` table comment;
+//! - `registry.rs` — the stream tables, loaded from `information_schema`;
+//! - `reader.rs` — a group's own binlog reader: committed inserts of one table as events, with
+//!   their event ids;
+//! - `ddl.rs` — whether a DDL statement in the binlog creates the table or makes it go;
+//! - `locate.rs` — where `START`/`SEEK` positions are in the binlog;
+//! - `encode.rs` — a binlog value as the text protocol sends it;
+//! - `filter.rs` — a group's `WHERE` filter over an event's values;
+//! - `group.rs` — one group's delivery state without I/O (position, acked, in flight);
+//! - `store.rs` — the groups' durable progress and leases in msgproxy's own table;
+//! - `engine.rs` — the groups this proxy serves: one task each, reading, delivering, saving;
+//! - `serve.rs` — one `STREAM ... GROUP` on a client session.
+
+pub mod ddl;
+pub mod encode;
+pub mod engine;
+pub mod filter;
+pub mod group;
+pub mod locate;
+pub mod options;
+pub mod reader;
+pub mod registry;
+pub mod serve;
+pub mod store;
