@@ -438,6 +438,28 @@ fn render(statement: &VirtualStatement) -> String {
         }
         VirtualStatement::SetWorkload => "set-workload".to_owned(),
         VirtualStatement::ShowMessageTables => "show-message-tables".to_owned(),
+        VirtualStatement::Nack {
+            table: t,
+            ids,
+            delay,
+        } => {
+            let ids: Vec<&str> = ids.iter().map(|id| id.written()).collect();
+            let delay = delay.map_or(String::new(), |d| format!(" delay_ns={}", d.nanos));
+            format!("nack {} ids={}{delay}", table(t), ids.join("|"))
+        }
+        VirtualStatement::Extend { table: t, ids, by } => {
+            let ids: Vec<&str> = ids.iter().map(|id| id.written()).collect();
+            format!(
+                "extend {} ids={} by_ns={}",
+                table(t),
+                ids.join("|"),
+                by.nanos
+            )
+        }
+        VirtualStatement::Redrive { table: t, ids } => {
+            let ids: Vec<&str> = ids.iter().map(|id| id.written()).collect();
+            format!("redrive {} ids={}", table(t), ids.join("|"))
+        }
     }
 }
 
@@ -500,10 +522,16 @@ fn check(case: &Case) -> Option<String> {
             e.near, e.line
         )),
         (Expect::SyntaxError { near, line }, Err(e)) => {
-            // The message must be MariaDB's, with what the record says in it.
-            let message_ok = e
-                .message()
-                .ends_with(&format!("near '{near}' at line {line}"));
+            // The message must end as MariaDB's, with what the record says in it; a statement
+            // of msgproxy's own says how it is written.
+            let ours = matches!(
+                got.keyword,
+                Keyword::Stream | Keyword::Ack | Keyword::Nack | Keyword::Extend | Keyword::Redrive
+            );
+            let message = e.message();
+            let message_ok = message.ends_with(&format!("near '{near}' at line {line}"))
+                && ours == message.contains("msgproxy expects ")
+                && ours == e.expects.is_some();
             (e.near != *near || e.line != *line || !message_ok).then(|| {
                 format!(
                     "{location}: expected error near {near:?} at line {line}, got near {:?} at line {} — {shown:?}",

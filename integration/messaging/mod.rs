@@ -29,6 +29,8 @@
 //! - `max_unacked` — `vt_max_unacked`: what one stream may hold unacked.
 //! - `ack_literals` — quoted `ACK` ids under every `sql_mode` (`NO_BACKSLASH_ESCAPES`,
 //!   `ANSI_QUOTES`) and character set.
+//! - `work_queue` — beyond Vitess: `NACK`, `EXTEND`, acks that delete (`vt_purge_after=0`), and
+//!   what a new user met first (the age of new messages, broken tables, syntax errors).
 
 mod ack_literals;
 mod acks;
@@ -41,3 +43,4 @@ mod hostile_names;
 mod max_unacked;
 mod stream_sessions;
 mod streams;
+mod work_queue;

@@ -84,12 +84,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             VirtualStatement::Stream { table } => self.stream(&table).await,
             VirtualStatement::Ack { table, ids } => self.ack(&table, &ids).await,
             VirtualStatement::ShowMessageTables => self.show_message_tables().await,
+            VirtualStatement::Nack { table, ids, delay } => {
+                self.nack(&table, &ids, delay.map_or(0, |d| d.nanos)).await
+            }
+            VirtualStatement::Extend { table, ids, by } => {
+                self.extend(&table, &ids, by.nanos).await
+            }
+            VirtualStatement::Redrive { table, ids } => self.redrive(&table, &ids).await,
         }
     }
 
     /// Resolves a statement's table to a loaded message table, or answers the client with the
     /// reason it is not one (the server's own 1146 when it does not exist at all).
-    async fn message_table(
+    pub(super) async fn message_table(
         &mut self,
         table: &TableName,
     ) -> Result<Option<Arc<TableManager>>, SessionEnd> {
@@ -268,6 +275,49 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             return Ok(());
         };
         let def = manager.definition();
+        // Written straight into the statement: an ACK of millions of ids (up to 32 MiB) would
+        // otherwise hold each id twice more, as a string of its own and in a joined list.
+        // With `vt_purge_after=0` the ack deletes (MESSAGING.md §13): one row write less, and
+        // the deleted rows are the ones newly acked, so affected rows mean the same.
+        let mut sql = if def.options.purge_after.is_zero() {
+            // The multi-table form, since only it takes the index hint (see `by_primary_key`).
+            format!(
+                "DELETE {} FROM {} WHERE `id` IN (",
+                def.qualified(),
+                def.by_primary_key()
+            )
+        } else {
+            format!(
+                "UPDATE {} SET `time_acked` = {}, `time_next` = NULL WHERE `id` IN (",
+                def.by_primary_key(),
+                state::now_ns(),
+            )
+        };
+        if !self.push_id_list(&mut sql, &def, ids).await? {
+            return Ok(());
+        }
+        sql.push_str(") AND ");
+        sql.push_str(state::UNACKED_SQL);
+        self.send_statement(sql.as_bytes()).await?;
+        let end = self.forward_results_holding_end().await?;
+        // Counted before the client sees the OK: a scrape it makes afterwards includes it.
+        if !self.relay.failed {
+            manager.stats().record_acked(self.relay.affected_rows);
+        }
+        self.write_held_end(&end).await
+    }
+
+    /// Appends `ids` to `sql` as a comma-separated list of literals of `def`'s id column (see
+    /// [`Session::ack`]). Numbers go in as written; a quoted id as its value re-rendered by
+    /// [`MessageTable::quoted_id_literal`](crate::messaging::table::MessageTable::quoted_id_literal),
+    /// which no `sql_mode` reads differently — so an id can never become SQL. `false`: the
+    /// client was answered with an error instead.
+    pub(super) async fn push_id_list(
+        &mut self,
+        sql: &mut String,
+        def: &crate::messaging::table::MessageTable,
+        ids: &[AckId],
+    ) -> Result<bool, SessionEnd> {
         // The bytes of a non-ASCII string are in the client's character set, which only the
         // server knows for sure (SET NAMES): ask it, for such ids only.
         let non_ascii = ids
@@ -277,22 +327,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             match self.ask_server("@@character_set_client").await? {
                 Asked::Value(cs) => cs,
                 Asked::Refused(err) => {
-                    return write_packet(self.client.get_mut(), self.relay.next_seq, &err)
+                    write_packet(self.client.get_mut(), self.relay.next_seq, &err)
                         .await
-                        .map(|_| ())
-                        .map_err(SessionEnd::Client)
+                        .map_err(SessionEnd::Client)?;
+                    return Ok(false);
                 }
             }
         } else {
             None
         };
-        // Written straight into the statement: an ACK of millions of ids (up to 32 MiB) would
-        // otherwise hold each id twice more, as a string of its own and in a joined list.
-        let mut sql = format!(
-            "UPDATE {} SET `time_acked` = {}, `time_next` = NULL WHERE `id` IN (",
-            def.by_primary_key(),
-            state::now_ns(),
-        );
         for (i, id) in ids.iter().enumerate() {
             if i > 0 {
                 sql.push_str(", ");
@@ -312,25 +355,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             };
             let Some(literal) = literal else {
                 let cs = client_charset.as_deref().unwrap_or_default();
-                return self
-                    .reply_error(ErrorPacket::new(
-                        ER_UNKNOWN_CHARACTER_SET,
-                        "42000",
-                        format!("Unknown character set: '{cs}': msgproxy cannot name quoted ACK ids in it; write them as X'..' literals"),
-                    ))
-                    .await;
+                self.reply_error(ErrorPacket::new(
+                    ER_UNKNOWN_CHARACTER_SET,
+                    "42000",
+                    format!("Unknown character set: '{cs}': msgproxy cannot name quoted ids in it; write them as X'..' literals"),
+                ))
+                .await?;
+                return Ok(false);
             };
             sql.push_str(&literal);
         }
-        sql.push_str(") AND ");
-        sql.push_str(state::UNACKED_SQL);
-        self.send_statement(sql.as_bytes()).await?;
-        let end = self.forward_results_holding_end().await?;
-        // Counted before the client sees the OK: a scrape it makes afterwards includes it.
-        if !self.relay.failed {
-            manager.stats().record_acked(self.relay.affected_rows);
-        }
-        self.write_held_end(&end).await
+        Ok(true)
     }
 
     /// After a relayed statement: collect the message tables it may have written, tell their
@@ -429,7 +464,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     /// Adds tables to those this session's open transaction may have written.
-    fn note_written(&mut self, written: Vec<Arc<TableManager>>) {
+    pub(super) fn note_written(&mut self, written: Vec<Arc<TableManager>>) {
         for m in written {
             if !self.pending_notify.iter().any(|p| Arc::ptr_eq(p, &m)) {
                 self.pending_notify.push(m);
@@ -439,7 +474,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Once no transaction is open, asks the managers of the tables written to poll (unless the
     /// transaction rolled back).
-    fn notify_if_committed(&mut self, rolled_back: bool) {
+    pub(super) fn notify_if_committed(&mut self, rolled_back: bool) {
         if !self.relay.in_transaction() && !self.pending_notify.is_empty() {
             for m in self.pending_notify.drain(..) {
                 if !rolled_back {

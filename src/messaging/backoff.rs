@@ -104,6 +104,8 @@ mod tests {
             max_backoff: max.map(secs),
             message_cols: None,
             max_unacked: None,
+            max_attempts: None,
+            dead_letter: None,
         }
     }
 

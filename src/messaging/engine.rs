@@ -330,7 +330,12 @@ impl Engine {
                             .map_err(|e| e.to_string())
                     }
                     Ok(None) => return None,
-                    Err(e) => Err(format!("message table `{schema}`.`{name}`: {e}")),
+                    Err(e) => {
+                        let cols = columns
+                            .get(&(schema.clone(), name.clone()))
+                            .map_or(&[][..], Vec::as_slice);
+                        Err(table::broken_options(&schema, &name, e, cols).to_string())
+                    }
                 };
                 Some(((schema, name), result))
             })

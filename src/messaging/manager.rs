@@ -248,6 +248,17 @@ impl TableManager {
         ));
         let mut st = self.lock();
         st.note_change(now, LateChange::Changed(row.clone()));
+        // A held message (`vt_max_unacked`) given back (`NACK`, or an UPDATE of `time_next` to
+        // a moment passed) no longer counts; one kept longer (`EXTEND`) counts until its new
+        // `time_next`. Only for a positive `time_next`: an insert's NULL or 0 seen late (after
+        // a poll found and claimed the row) must not let go of what the claim holds.
+        if !state::is_acked(row.time_acked) {
+            match row.time_next {
+                Some(t) if t > 0 && state::is_due(Some(t), now) => st.unacked.release(&row.key),
+                Some(t) if t > 0 => st.unacked.extend(&row.key, t),
+                _ => {}
+            }
+        }
         st.apply_changed(row, now, horizon);
         drop(st);
         self.kick.notify_one();

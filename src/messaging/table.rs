@@ -118,14 +118,30 @@ impl NextIndex {
     }
 }
 
-/// Why a table is not a usable message table. Displays as "message table `s`.`t`: what is wrong".
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("message table {table}: {problem}")]
+/// Why a table is not a usable message table. Displays as "message table `s`.`t`: what is wrong;
+/// what else is wrong": every problem found, so the table is fixed in one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableError {
     /// The table, quoted: `` `schema`.`name` ``.
     pub table: String,
-    pub problem: TableProblem,
+    /// Never empty.
+    pub problems: Vec<TableProblem>,
 }
+
+impl std::fmt::Display for TableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "message table {}: ", self.table)?;
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for TableError {}
 
 /// What is wrong with a message table.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -186,49 +202,65 @@ pub fn from_comment(
     match parse_comment(comment) {
         Ok(None) => Ok(None),
         Ok(Some(options)) => validate(schema, name, options, columns).map(Some),
-        Err(e) => Err(TableError {
-            table: qualify(schema, name),
-            problem: e.into(),
-        }),
+        Err(e) => Err(broken_options(schema, name, e, columns)),
     }
 }
 
-/// Checks a message table's columns against MESSAGING.md §1 and works out what a stream carries.
-pub fn validate(
+/// The error of a table whose options are wrong: those problems, then what is wrong with its
+/// columns (as far as they can be checked without its options).
+pub fn broken_options(
     schema: &str,
     name: &str,
-    options: MessageOptions,
+    errors: super::options::OptionsErrors,
     columns: &[ColumnInfo],
-) -> Result<MessageTable, TableError> {
-    let fail = |problem: TableProblem| TableError {
+) -> TableError {
+    let mut problems: Vec<TableProblem> = errors.0.into_iter().map(TableProblem::from).collect();
+    problems.extend(column_problems(columns).err().unwrap_or_default());
+    TableError {
         table: qualify(schema, name),
-        problem,
-    };
+        problems,
+    }
+}
+
+/// What [`column_problems`] finds out about a table that has none.
+struct Columns<'a> {
+    id: &'a ColumnInfo,
+    id_kind: IdKind,
+    has_priority: bool,
+}
+
+/// Checks the columns MESSAGING.md §1 requires, whatever the options: every problem found.
+fn column_problems(columns: &[ColumnInfo]) -> Result<Columns<'_>, Vec<TableProblem>> {
+    let mut problems = Vec::new();
     // MySQL column names are case-insensitive; compare that way, keep the table's spelling.
     let find = |wanted: &str| columns.iter().find(|c| same_name(&c.name, wanted));
-
     let mut required = Vec::new();
     for col in ["id", "time_next", "epoch", "time_acked"] {
-        required.push(find(col).ok_or_else(|| fail(TableProblem::MissingColumn(col)))?);
+        match find(col) {
+            Some(c) => required.push(Some(c)),
+            None => {
+                problems.push(TableProblem::MissingColumn(col));
+                required.push(None);
+            }
+        }
     }
-    let id = required[0];
     // Times are nanoseconds and need 64 bits; epoch is incremented on every send, and a narrower column
     // would fail the claim once it overflows — the contract asks for bigint.
-    for col in &required[1..] {
+    for col in required[1..].iter().flatten() {
         if col.data_type != "bigint" {
-            return Err(fail(TableProblem::NotBigint {
+            problems.push(TableProblem::NotBigint {
                 column: col.name.clone(),
                 data_type: col.data_type.clone(),
-            }));
+            });
         }
     }
     let priority = find("priority");
     if let Some(p) = priority {
         if !INTEGER_TYPES.contains(&p.data_type.as_str()) {
-            return Err(fail(TableProblem::NotInteger {
+            problems.push(TableProblem::NotInteger {
                 column: p.name.clone(),
                 data_type: p.data_type.clone(),
-            }));
+            });
         }
     }
 
@@ -238,19 +270,53 @@ pub fn validate(
         .map(|c| c.name.as_str())
         .collect();
     match pk.as_slice() {
-        [] => return Err(fail(TableProblem::NoPrimaryKey)),
+        [] => problems.push(TableProblem::NoPrimaryKey),
         [only] if same_name(only, "id") => {}
-        _ => return Err(fail(TableProblem::PrimaryKey(pk.join(", ")))),
+        _ => problems.push(TableProblem::PrimaryKey(pk.join(", "))),
     }
 
-    let id_kind =
-        id_kind(id).map_err(|why| fail(TableProblem::UnsupportedId(id.data_type.clone(), why)))?;
-    if id.set_on_update {
-        return Err(fail(TableProblem::IdChangesOnUpdate));
+    let mut id_kind_found = None;
+    if let Some(id) = required[0] {
+        match id_kind(id) {
+            Ok(kind) => id_kind_found = Some(kind),
+            Err(why) => problems.push(TableProblem::UnsupportedId(id.data_type.clone(), why)),
+        }
+        if id.set_on_update {
+            problems.push(TableProblem::IdChangesOnUpdate);
+        }
     }
+    match (required[0], id_kind_found) {
+        (Some(id), Some(id_kind)) if problems.is_empty() => Ok(Columns {
+            id,
+            id_kind,
+            has_priority: priority.is_some(),
+        }),
+        _ => Err(problems),
+    }
+}
 
-    let stream_columns = match &options.message_cols {
-        None => std::iter::once(id)
+/// Checks a message table's columns against MESSAGING.md §1 and works out what a stream carries.
+/// Reports every problem found.
+pub fn validate(
+    schema: &str,
+    name: &str,
+    options: MessageOptions,
+    columns: &[ColumnInfo],
+) -> Result<MessageTable, TableError> {
+    let fail = |problems: Vec<TableProblem>| TableError {
+        table: qualify(schema, name),
+        problems,
+    };
+    let find = |wanted: &str| columns.iter().find(|c| same_name(&c.name, wanted));
+    let checked = column_problems(columns);
+    let mut problems = checked.as_ref().err().cloned().unwrap_or_default();
+
+    let stream_columns: Vec<String> = match &options.message_cols {
+        None => checked
+            .as_ref()
+            .ok()
+            .map(|c| c.id)
+            .into_iter()
             .chain(
                 columns
                     .iter()
@@ -262,26 +328,29 @@ pub fn validate(
             // Any existing column may be streamed (as in Vitess), as long as the list starts with id.
             let mut cols = Vec::with_capacity(wanted.len());
             for w in wanted {
-                let col =
-                    find(w).ok_or_else(|| fail(TableProblem::NoSuchStreamColumn(w.clone())))?;
-                cols.push(col.name.clone());
+                match find(w) {
+                    Some(col) => cols.push(col.name.clone()),
+                    None => problems.push(TableProblem::NoSuchStreamColumn(w.clone())),
+                }
             }
-            if !cols.first().is_some_and(|c| same_name(c, "id")) {
-                return Err(fail(TableProblem::StreamColumnsStart));
+            if find("id").is_some() && !cols.first().is_some_and(|c| same_name(c, "id")) {
+                problems.push(TableProblem::StreamColumnsStart);
             }
             cols
         }
     };
-
-    Ok(MessageTable {
-        schema: schema.to_string(),
-        name: name.to_string(),
-        options,
-        stream_columns,
-        has_priority: priority.is_some(),
-        id_kind,
-        next_index: None,
-    })
+    match checked {
+        Ok(c) if problems.is_empty() => Ok(MessageTable {
+            schema: schema.to_string(),
+            name: name.to_string(),
+            options,
+            stream_columns,
+            has_priority: c.has_priority,
+            id_kind: c.id_kind,
+            next_index: None,
+        }),
+        _ => Err(fail(problems)),
+    }
 }
 
 /// How the id column maps to a key, or why it cannot be used.
