@@ -9,8 +9,12 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Session, SessionEnd};
+use crate::backend::QueryOutcome;
+use crate::messaging::dead_letter;
 use crate::messaging::manager::TableManager;
 use crate::messaging::state;
+use crate::protocol::packet::write_packet;
+use crate::protocol::wire::ok_packet;
 use crate::sql::{AckId, TableName};
 
 /// Which statement moves `time_next`, for its counter.
@@ -75,7 +79,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     /// `REDRIVE t [ids]`: dead messages (all, or those among `ids`) are due again at once with
-    /// `epoch` 0.
+    /// `epoch` 0 — in place, or moved back from the `vt_dead_letter` table.
     pub(super) async fn redrive(
         &mut self,
         table: &TableName,
@@ -85,28 +89,76 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             return Ok(());
         };
         let def = manager.definition();
-        // Without ids the dead rows are found by `time_next` (the poller's index serves it);
-        // with ids by primary key.
-        let mut sql = format!(
-            "UPDATE {} SET `time_next` = {}, `epoch` = 0 WHERE {} AND {}",
-            if ids.is_empty() {
-                def.qualified()
-            } else {
-                def.by_primary_key()
-            },
-            state::now_ns(),
-            state::DEAD_SQL,
-            state::UNACKED_SQL,
-        );
-        if !ids.is_empty() {
-            sql.push_str(" AND `id` IN (");
-            if !self.push_id_list(&mut sql, &def, ids).await? {
-                return Ok(());
-            }
-            sql.push(')');
+        let mut list = String::new();
+        if !ids.is_empty() && !self.push_id_list(&mut list, &def, ids).await? {
+            return Ok(());
         }
-        self.run_counted(&sql, &manager, |m, rows| m.stats().record_redriven(rows))
+        let list = (!ids.is_empty()).then_some(list.as_str());
+        let now = state::now_ns();
+        let Some(dl) = &def.dead_letter else {
+            let sql = dead_letter::redrive_in_place(&def, list, now);
+            return self
+                .run_counted(&sql, &manager, |m, rows| m.stats().record_redriven(rows))
+                .await;
+        };
+        let [insert, delete] = dead_letter::redrive_moved(&def, dl, list, now);
+        // Both or neither: in the client's transaction when one is open, else in one of its own.
+        let own = !self.relay.in_transaction();
+        let mut steps: Vec<&str> = Vec::with_capacity(4);
+        if own {
+            steps.push("START TRANSACTION");
+        }
+        steps.extend([insert.as_str(), delete.as_str()]);
+        if own {
+            steps.push("COMMIT");
+        }
+        let deprecate_eof = self.deprecate_eof();
+        let mut redriven = 0;
+        let mut status = self.relay.status;
+        for (i, step) in steps.iter().enumerate() {
+            match self.backend.query(step, deprecate_eof).await {
+                Ok(QueryOutcome::Ok {
+                    affected_rows,
+                    status: s,
+                }) => {
+                    if *step == insert {
+                        redriven = affected_rows;
+                    }
+                    status = s;
+                }
+                Ok(QueryOutcome::Err(err)) => {
+                    if own && i > 0 {
+                        if let Err(e) = self.backend.query("ROLLBACK", deprecate_eof).await {
+                            return Err(SessionEnd::Backend(std::io::Error::other(e.to_string())));
+                        }
+                    }
+                    return write_packet(self.client.get_mut(), self.relay.next_seq, &err)
+                        .await
+                        .map(|_| ())
+                        .map_err(SessionEnd::Client);
+                }
+                Ok(QueryOutcome::ResultSet { .. }) => {
+                    return Err(SessionEnd::Backend(std::io::Error::other(
+                        "the server answered a REDRIVE step with rows",
+                    )))
+                }
+                Err(e) => return Err(SessionEnd::Backend(std::io::Error::other(e.to_string()))),
+            }
+        }
+        manager.stats().record_redriven(redriven);
+        if !self
+            .ctx
+            .engine
+            .as_ref()
+            .is_some_and(|e| e.binlog_following())
+        {
+            manager.request_poll();
+        }
+        let ok = ok_packet(redriven, 0, status, 0);
+        write_packet(self.client.get_mut(), self.relay.next_seq, &ok)
             .await
+            .map(|_| ())
+            .map_err(SessionEnd::Client)
     }
 
     /// Runs `sql` on the client's connection, relaying the server's answer; its affected rows

@@ -101,7 +101,7 @@ impl Drop for Subscription {
 impl Subscription {
     /// Reports that the last batch is finished (sent or not); the subscriber may get another.
     pub fn batch_done(&self, batch: &[Entry], sent: Vec<Entry>) {
-        self.manager.batch_claimed(self.id, batch, sent, &[]);
+        self.manager.batch_claimed(self.id, batch, sent, &[], &[]);
         self.manager.subscriber_ready(self.id);
     }
 
@@ -109,9 +109,17 @@ impl Subscription {
     /// they are written to the client: from now on they wait for their ack or their new
     /// `time_next` like any sent row, however long the write takes. The subscriber stays busy
     /// (gets no other batch) until [`Subscription::ready`]. `left_out`: rows the claim left out
-    /// for its byte budget, still due (not passed over for a lock).
-    pub fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>, left_out: &[Box<[u8]>]) {
-        self.manager.batch_claimed(self.id, batch, sent, left_out);
+    /// for its byte budget, still due (not passed over for a lock). `dead`: rows the claim found
+    /// dead (`vt_max_attempts`), never to be offered again.
+    pub fn batch_claimed(
+        &self,
+        batch: &[Entry],
+        sent: Vec<Entry>,
+        left_out: &[Box<[u8]>],
+        dead: &[Box<[u8]>],
+    ) {
+        self.manager
+            .batch_claimed(self.id, batch, sent, left_out, dead);
     }
 
     /// The last batch is written to the client: the subscriber may get another.
@@ -327,8 +335,10 @@ impl TableManager {
         batch: &[Entry],
         sent: Vec<Entry>,
         left_out: &[Box<[u8]>],
+        dead: &[Box<[u8]>],
     ) {
         let left_out: HashSet<&[u8]> = left_out.iter().map(|k| &k[..]).collect();
+        let dead: HashSet<&[u8]> = dead.iter().map(|k| &k[..]).collect();
         let (now, horizon) = self.now_and_horizon();
         // Only while the limit holds: in poll mode acks are not seen, and what streams hold
         // would pile up until each ack wait passed (a minute's deliveries, at a high rate).
@@ -373,6 +383,11 @@ impl TableManager {
                 }
                 (None, None) if left_out.contains(&e.key[..]) => {
                     state.cache.insert(e.clone());
+                }
+                // Dead (in place, or moved away): not due again until a REDRIVE, which the
+                // binlog or a poll shows.
+                (None, None) if dead.contains(&e.key[..]) => {
+                    state.skipped.remove(&e.key);
                 }
                 (None, None) => {
                     let tries = state.skipped.get(&e.key).copied().unwrap_or(0);

@@ -2,6 +2,7 @@
 pub mod backoff;
 pub mod cache;
 pub mod claim_budget;
+pub mod dead_letter;
 pub mod engine;
 pub mod manager;
 pub mod options;

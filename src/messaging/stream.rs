@@ -208,7 +208,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut current = (*subscription.manager().definition()).clone();
                 current.stream_columns = def.stream_columns.clone();
                 let def = current;
-                let ClaimedBatch { packets: rows, sent, delivered, left_out } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut seq).await {
+                let ClaimedBatch { packets: rows, sent, delivered, left_out, dead } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut seq).await {
                     Ok(claimed) => claimed,
                     Err(e) => {
                         subscription.batch_done(&batch, Vec::new());
@@ -224,7 +224,10 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 // that stops reading blocks the write for as long as it stays connected, and its
                 // rows must come back to the other streams when their time_next passes (the
                 // stream itself stays busy, so it is offered nothing more meanwhile).
-                subscription.batch_claimed(&batch, sent, &left_out);
+                if !dead.is_empty() {
+                    subscription.manager().stats().record_dead(dead.len() as u64);
+                }
+                subscription.batch_claimed(&batch, sent, &left_out, &dead);
                 let written = if rows.is_empty() { Ok(()) } else { write_all(client, &rows).await };
                 subscription.ready();
                 if let Err(e) = written {
@@ -284,10 +287,15 @@ async fn claim_batch(
     seq: &mut u8,
 ) -> Result<ClaimedBatch, BatchError> {
     let keys: Vec<&[u8]> = batch.iter().map(|e| &e.key[..]).collect();
-    let (claimed, left_out) = claim(backend, deprecate_eof, def, columns, &keys).await?;
+    let Claim {
+        claimed,
+        left_out,
+        dead,
+    } = claim(backend, deprecate_eof, def, columns, &keys).await?;
     if claimed.is_empty() {
         return Ok(ClaimedBatch {
             left_out,
+            dead,
             ..ClaimedBatch::default()
         });
     }
@@ -312,6 +320,7 @@ async fn claim_batch(
         sent,
         delivered,
         left_out,
+        dead,
     })
 }
 
@@ -326,6 +335,8 @@ struct ClaimedBatch {
     delivered: Vec<(i64, i64)>,
     /// The keys of rows left unclaimed for [`CLAIM_BYTES`]: still due.
     left_out: Vec<Box<[u8]>>,
+    /// The keys of rows the claim found dead and buried.
+    dead: Vec<Box<[u8]>>,
 }
 
 /// A claimed row.
@@ -342,18 +353,21 @@ struct Claimed {
 }
 
 /// The claim transaction of the rows with `keys`, for a stream that sent its client `columns`.
-/// Also returns the keys of rows left unclaimed for [`CLAIM_BYTES`].
 async fn claim(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
     columns: &[BytesMut],
     keys: &[&[u8]],
-) -> Result<(Vec<Claimed>, Vec<Box<[u8]>>), BatchError> {
+) -> Result<Claim, BatchError> {
     let now = state::now_ns();
     let stream_columns = def.stream_columns.len();
     let Some(ids) = def.ids_sql(keys.iter().copied()) else {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(Claim {
+            claimed: Vec::new(),
+            left_out: Vec::new(),
+            dead: Vec::new(),
+        });
     };
     let select = format!(
         "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE {ids} AND {unacked} AND {due} LIMIT {limit} FOR UPDATE SKIP LOCKED",
@@ -428,8 +442,18 @@ async fn claim(
     };
     let (rows, left_out) = budget.finish();
     let mut claimed = Vec::with_capacity(rows.len());
+    let mut dead = Vec::new();
     let mut cases = String::new();
     for (place, key, (row, epoch)) in rows {
+        // Sent `vt_max_attempts` times and due again: its last ack wait passed without an ack.
+        if def
+            .options
+            .max_attempts
+            .is_some_and(|max| epoch >= i64::try_from(max).unwrap_or(i64::MAX))
+        {
+            dead.push(key);
+            continue;
+        }
         let Some(literal) = def.id_literal(&key) else {
             warn!(
                 "{}: cannot form a literal for id key {:?}; skipping the row",
@@ -449,14 +473,38 @@ async fn claim(
         });
     }
     let claimed_ids = def.ids_sql(claimed.iter().map(|c| &c.key[..]));
-    let Some(claimed_ids) = claimed_ids else {
+    let update = claimed_ids.map(|claimed_ids| {
+        format!(
+            "UPDATE {table} SET `epoch` = {EPOCH_PLUS_ONE}, `time_next` = CASE `id`{cases} END WHERE {claimed_ids}",
+            table = def.by_primary_key(),
+        )
+    });
+    let dead_ids = def.ids_sql(dead.iter().map(|k| &k[..]));
+    if let Some(dead_ids) = dead_ids {
+        // Rare (once per message at most), so one statement a round trip: a statement that
+        // fails rolls the transaction back before the next is sent, and nothing after it runs
+        // outside the claim's transaction.
+        if let Some(update) = &update {
+            exec(backend, deprecate_eof, update).await?;
+        }
+        for statement in super::dead_letter::bury(def, &dead_ids, now) {
+            exec(backend, deprecate_eof, &statement).await?;
+        }
         exec(backend, deprecate_eof, COMMIT).await?;
-        return Ok((claimed, left_out));
+        return Ok(Claim {
+            claimed,
+            left_out,
+            dead,
+        });
+    }
+    let Some(update) = update else {
+        exec(backend, deprecate_eof, COMMIT).await?;
+        return Ok(Claim {
+            claimed,
+            left_out,
+            dead,
+        });
     };
-    let update = format!(
-        "UPDATE {table} SET `epoch` = {EPOCH_PLUS_ONE}, `time_next` = CASE `id`{cases} END WHERE {claimed_ids}",
-        table = def.by_primary_key(),
-    );
     // The UPDATE and COMMIT go out together too. If the UPDATE fails, the COMMIT that follows
     // it commits nothing: the failed statement was undone (or, on a deadlock, the whole
     // transaction), and the SELECT before it changed nothing. Either way nothing is claimed.
@@ -464,7 +512,21 @@ async fn claim(
         pipeline(backend, deprecate_eof, (&update, COMMIT), 0, &mut |_| {}).await?;
     expect_ok(backend, deprecate_eof, updated).await?;
     expect_ok(backend, deprecate_eof, committed).await?;
-    Ok((claimed, left_out))
+    Ok(Claim {
+        claimed,
+        left_out,
+        dead,
+    })
+}
+
+/// What one claim transaction did.
+struct Claim {
+    /// The rows claimed, to send.
+    claimed: Vec<Claimed>,
+    /// The keys of rows left unclaimed for [`CLAIM_BYTES`]: still due.
+    left_out: Vec<Box<[u8]>>,
+    /// The keys of rows found dead (`vt_max_attempts`) and buried: never to be sent again.
+    dead: Vec<Box<[u8]>>,
 }
 
 /// A row of the claim's SELECT (the stream columns, the id key, the epoch), read once: its key,

@@ -79,6 +79,12 @@ pub struct MessageTable {
     /// An index whose first column is `time_next` (the RFC's `next_idx(time_next, epoch)`), if
     /// the table has one: the poller names it (see `poll`). Set by the engine after `validate`.
     pub next_index: Option<NextIndex>,
+    /// The user columns (every column without a fixed role), in table order: what a dead
+    /// message carries to the dead-letter table with its id.
+    pub user_columns: Vec<String>,
+    /// The `vt_dead_letter` table, checked. Set by the engine after `validate`
+    /// ([`MessageTable::attach_dead_letter`]).
+    pub dead_letter: Option<super::dead_letter::DeadLetter>,
 }
 
 /// An index that starts with `time_next`.
@@ -169,6 +175,8 @@ pub enum TableProblem {
     NoSuchStreamColumn(String),
     #[error("vt_message_cols must start with id")]
     StreamColumnsStart,
+    #[error("{0}")]
+    DeadLetter(String),
 }
 
 /// Columns with a fixed role; everything else is a user column. `time_created` and `time_scheduled` are the old
@@ -348,6 +356,12 @@ pub fn validate(
             has_priority: c.has_priority,
             id_kind: c.id_kind,
             next_index: None,
+            user_columns: columns
+                .iter()
+                .filter(|c| !SPECIAL.iter().any(|s| same_name(&c.name, s)))
+                .map(|c| c.name.clone())
+                .collect(),
+            dead_letter: None,
         }),
         _ => Err(fail(problems)),
     }
@@ -408,6 +422,27 @@ pub fn quote_ident(name: &str) -> String {
 }
 
 impl MessageTable {
+    /// Checks the `vt_dead_letter` table named in the options, given its columns (`None`: it
+    /// does not exist), and keeps it. Without the option, the table as it is.
+    pub fn attach_dead_letter(
+        mut self,
+        columns: Option<&[String]>,
+    ) -> Result<MessageTable, TableError> {
+        let Some(name) = self.options.dead_letter.clone() else {
+            return Ok(self);
+        };
+        match super::dead_letter::DeadLetter::check(&self, &name, columns) {
+            Ok(dl) => {
+                self.dead_letter = Some(dl);
+                Ok(self)
+            }
+            Err(problems) => Err(TableError {
+                table: self.qualified(),
+                problems: problems.into_iter().map(TableProblem::DeadLetter).collect(),
+            }),
+        }
+    }
+
     /// `` `schema`.`name` ``.
     pub fn qualified(&self) -> String {
         qualify(&self.schema, &self.name)
