@@ -431,7 +431,21 @@ fn render(statement: &VirtualStatement) -> String {
         }
     }
     match statement {
-        VirtualStatement::Stream { table: t } => format!("stream {}", table(t)),
+        VirtualStatement::Stream {
+            table: t,
+            columns,
+            condition,
+        } => {
+            let mut out = format!("stream {}", table(t));
+            if let Some(columns) = columns {
+                let names: Vec<String> = columns.iter().map(|c| name(c)).collect();
+                out.push_str(&format!(" columns={}", names.join("|")));
+            }
+            if let Some(condition) = condition {
+                out.push_str(&format!(" where={condition}"));
+            }
+            out
+        }
         VirtualStatement::Ack { table: t, ids } => {
             let ids: Vec<&str> = ids.iter().map(|id| id.written()).collect();
             format!("ack {} ids={}", table(t), ids.join("|"))

@@ -179,7 +179,11 @@ async fn syntax_errors_say_what_the_statement_expects() {
     for (sql, usage, near) in [
         ("ACK q abc", "ACK table id[, id ...]", "abc"),
         ("ACK q", "ACK table id[, id ...]", ""),
-        ("STREAM * FORM q", "STREAM * FROM table", "FORM q"),
+        (
+            "STREAM * FORM q",
+            "STREAM {* | column[, column ...]} FROM table [WHERE condition]",
+            "FORM q",
+        ),
         (
             "NACK q 1 DELAY x",
             "NACK table id[, id ...] [DELAY seconds]",

@@ -81,7 +81,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     .map_err(SessionEnd::Client)?;
                 Ok(())
             }
-            VirtualStatement::Stream { table } => self.stream(&table).await,
+            VirtualStatement::Stream {
+                table,
+                columns,
+                condition,
+            } => self.stream(&table, columns, condition).await,
             VirtualStatement::Ack { table, ids } => self.ack(&table, &ids).await,
             VirtualStatement::ShowMessageTables => self.show_message_tables().await,
             VirtualStatement::Nack { table, ids, delay } => {
@@ -170,7 +174,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Ok(None)
     }
 
-    async fn stream(&mut self, table: &TableName) -> Result<(), SessionEnd> {
+    async fn stream(
+        &mut self,
+        table: &TableName,
+        columns: Option<Vec<String>>,
+        condition: Option<String>,
+    ) -> Result<(), SessionEnd> {
         // Each claim is a transaction of its own on this connection: its START TRANSACTION
         // would silently commit the client's open one (MESSAGING.md §4: a message is sent only
         // once its INSERT commits, never if it rolls back).
@@ -183,10 +192,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 ))
                 .await;
         }
+        // A chosen column list streams `id` too: acks name messages by it (MESSAGING.md §12).
+        if let Some(columns) = &columns {
+            if !columns.iter().any(|c| c.eq_ignore_ascii_case("id")) {
+                return self
+                    .reply_error(ErrorPacket::new(
+                        ER_WRONG_OBJECT,
+                        "HY000",
+                        "STREAM's column list must include id (acks name messages by it), e.g. STREAM id, payload FROM t",
+                    ))
+                    .await;
+            }
+        }
         let Some(manager) = self.message_table(table).await? else {
             return Ok(());
         };
-        let subscription = manager.subscribe();
+        let feed = match condition {
+            None => stream::Feed::Batches(manager.subscribe()),
+            Some(condition) => stream::Feed::Filtered {
+                watch: manager.watch(),
+                condition,
+            },
+        };
         let deprecate_eof = self.deprecate_eof();
         let shutdown = self.ctx.shutdown.clone();
         let running = self
@@ -198,7 +225,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             &mut self.backend,
             self.relay.next_seq,
             deprecate_eof,
-            subscription,
+            feed,
+            columns,
             &shutdown,
             &running.interrupted,
         )

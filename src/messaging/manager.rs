@@ -8,11 +8,11 @@
 //! acked message sent again.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use mysql_async::{Pool, Value};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -64,6 +64,32 @@ pub struct TableManager {
     /// Runs of failed polls and purges (the backend away), logged once a minute, not per tick.
     poll_failures: RepeatedFailure,
     purge_failures: RepeatedFailure,
+    /// Bumped whenever rows may have become due, for the streams with a `WHERE` condition
+    /// (MESSAGING.md §12), which find their own rows ([`DueWatch`]).
+    due_signal: watch::Sender<u64>,
+    /// Open [`DueWatch`]es: while there are any, the table is polled as for subscribers.
+    watchers: AtomicUsize,
+}
+
+/// A stream with a `WHERE` condition: it is handed no batches (the manager does not know which
+/// rows match); it is told when rows may have become due, and finds and claims matching ones
+/// itself, on its own connection (so the condition runs with its session's privileges).
+pub struct DueWatch {
+    manager: Arc<TableManager>,
+    /// Changes when rows may have become due.
+    pub due: watch::Receiver<u64>,
+}
+
+impl Drop for DueWatch {
+    fn drop(&mut self) {
+        self.manager.watchers.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl DueWatch {
+    pub fn manager(&self) -> &Arc<TableManager> {
+        &self.manager
+    }
 }
 
 /// How long after a poll asked for at a commit seen in the binlog the table is polled again.
@@ -156,6 +182,8 @@ impl TableManager {
             stats: super::stats::TableStats::default(),
             poll_failures: RepeatedFailure::default(),
             purge_failures: RepeatedFailure::default(),
+            due_signal: watch::Sender::new(0),
+            watchers: AtomicUsize::new(0),
         });
         let runner = manager.clone();
         tokio::spawn(async move { runner.run().await });
@@ -267,8 +295,12 @@ impl TableManager {
                 _ => {}
             }
         }
+        let due = !state::is_acked(row.time_acked) && state::is_due(row.time_next, now);
         st.apply_changed(row, now, horizon);
         drop(st);
+        if due {
+            self.signal_due();
+        }
         self.kick.notify_one();
     }
 
@@ -283,6 +315,23 @@ impl TableManager {
         }
         st.cache.remove(key);
         st.schedule.remove(key);
+    }
+
+    /// Watches for due rows, for a stream with a `WHERE` condition (see [`DueWatch`]).
+    pub fn watch(self: &Arc<Self>) -> DueWatch {
+        self.watchers.fetch_add(1, Ordering::AcqRel);
+        self.request_poll();
+        DueWatch {
+            manager: self.clone(),
+            due: self.due_signal.subscribe(),
+        }
+    }
+
+    /// Tells the [`DueWatch`]es that rows may have become due.
+    fn signal_due(&self) {
+        if self.watchers.load(Ordering::Acquire) > 0 {
+            self.due_signal.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 
     pub fn subscribe(self: &Arc<Self>) -> Subscription {
@@ -536,7 +585,7 @@ impl TableManager {
     }
 
     fn has_subscribers(&self) -> bool {
-        !self.lock().subscribers.is_empty()
+        self.watchers.load(Ordering::Acquire) > 0 || !self.lock().subscribers.is_empty()
     }
 
     /// Hands batches to ready subscribers in turn. Returns true when the cache is running low
@@ -554,6 +603,9 @@ impl TableManager {
             }
         }
         state.unacked.expire(now);
+        if !state.cache.is_empty() {
+            self.signal_due();
+        }
         let unacked = &state.unacked;
         // How many more messages a stream may be sent now.
         let room = |id: u64| match limit {

@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 use super::backoff;
 use super::cache::Entry;
 use super::claim_budget::ClaimBudget;
-use super::manager::Subscription;
+use super::manager::{DueWatch, Subscription};
 use super::state;
 use super::table::MessageTable;
 use crate::backend::{Backend, BackendError, QueryOutcome};
@@ -41,6 +41,27 @@ const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
 /// claimed: they stay due and are offered again at once. One row is always claimed, however
 /// large, so a stream's memory stays within this plus one message.
 const CLAIM_BYTES: usize = 16 << 20;
+
+/// Where a stream's messages come from.
+pub enum Feed {
+    /// Batches the manager hands out (`STREAM` without a condition).
+    Batches(Subscription),
+    /// Rows the stream finds itself, matching `condition` (MESSAGING.md §12), when `watch` says
+    /// rows may have become due.
+    Filtered { watch: DueWatch, condition: String },
+}
+
+impl Feed {
+    fn manager(&self) -> &std::sync::Arc<super::manager::TableManager> {
+        match self {
+            Feed::Batches(s) => s.manager(),
+            Feed::Filtered { watch, .. } => watch.manager(),
+        }
+    }
+}
+
+#[path = "stream_filter.rs"]
+mod filter;
 
 /// How a stream ended.
 pub enum StreamEnd {
@@ -86,22 +107,41 @@ enum BatchError {
 
 /// Serves a `STREAM` until the client leaves or the proxy stops. `first_seq` is the sequence id
 /// after the client's last packet of the statement (1, unless it took more than one packet).
+#[allow(clippy::too_many_arguments)]
 pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut PacketReader<S>,
     backend: &mut Backend,
     first_seq: u8,
     deprecate_eof: bool,
-    subscription: Subscription,
+    feed: Feed,
+    columns: Option<Vec<String>>,
     shutdown: &CancellationToken,
     interrupted: &CancellationToken,
 ) -> StreamEnd {
-    let def = subscription.manager().definition();
+    let manager = feed.manager().clone();
+    let mut def = (*manager.definition()).clone();
+    if let Some(columns) = columns {
+        def.stream_columns = columns;
+    }
+    let def = def;
+    let condition = match &feed {
+        Feed::Batches(_) => None,
+        Feed::Filtered { condition, .. } => Some(condition.clone()),
+    };
+    let (mut subscription, mut watch) = match feed {
+        Feed::Batches(s) => (Some(s), None),
+        Feed::Filtered { watch, .. } => (None, Some(watch)),
+    };
     let keepalive_every = keepalive_interval(backend, deprecate_eof).await;
-    // Column definitions first, at once, even when nothing is due.
+    // Column definitions first, at once, even when nothing is due. A condition the server
+    // rejects ends the STREAM here, with the server's own error.
     let sql = format!(
-        "SELECT {} FROM {} LIMIT 0",
+        "SELECT {} FROM {}{} LIMIT 0",
         def.select_list(),
-        def.qualified()
+        def.qualified(),
+        condition
+            .as_deref()
+            .map_or(String::new(), filter::where_clause),
     );
     let (columns, mut status) = match backend.query(&sql, deprecate_eof).await {
         Ok(QueryOutcome::ResultSet {
@@ -143,7 +183,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         debug!("stream client left before the column definitions: {e}");
         return StreamEnd::Closed;
     }
-    let mut subscription = subscription;
+    let mut next_find = tokio::time::Instant::now();
+    let mut last_find = next_find;
     let mut keepalive = tokio::time::interval(keepalive_every);
     keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     keepalive.tick().await;
@@ -196,8 +237,58 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     return StreamEnd::BackendLost(e, seq);
                 }
             }
-            batch = subscription.batches.recv() => {
+            woke = filter::due_or_time(watch.as_mut(), next_find) => {
                 keepalive.reset();
+                let (Some(watch), Some(condition)) = (&watch, &condition) else { continue };
+                if !woke {
+                    let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
+                    return end_with(client, seq, &err.encode(true)).await;
+                }
+                // Not more often than every FIND_GAP: under a storm of changes one query
+                // serves many.
+                tokio::time::sleep_until(last_find + filter::FIND_GAP).await;
+                last_find = tokio::time::Instant::now();
+                let mut current = (*watch.manager().definition()).clone();
+                current.stream_columns = def.stream_columns.clone();
+                let interval = current.options.poller_interval;
+                next_find = last_find + interval;
+                let batch = match filter::find(backend, deprecate_eof, &current, condition).await {
+                    Ok(batch) => batch,
+                    Err(BatchError::Transient) => continue,
+                    Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),
+                    Err(BatchError::Fatal(err)) => return end_with(client, seq, &err).await,
+                };
+                if batch.is_empty() {
+                    continue;
+                }
+                let claimed = claim_batch(backend, deprecate_eof, &current, &columns, &batch, &mut seq, Some(condition)).await;
+                let ClaimedBatch { packets: rows, delivered, dead, .. } = match claimed {
+                    Ok(claimed) => claimed,
+                    Err(BatchError::Transient) => continue,
+                    Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),
+                    Err(BatchError::Fatal(err)) => return end_with(client, seq, &err).await,
+                };
+                let stats = watch.manager().stats();
+                stats.record_claim();
+                stats.record_dead(dead.len() as u64);
+                if batch.len() >= current.options.batch_size {
+                    // A full batch: more may match now.
+                    next_find = tokio::time::Instant::now();
+                }
+                if !rows.is_empty() {
+                    if let Err(e) = write_all(client, &rows).await {
+                        debug!("stream client left: {e}");
+                        return StreamEnd::Closed;
+                    }
+                }
+                let now = state::now_ns();
+                for (epoch, due) in delivered {
+                    stats.record_sent(epoch, due, now);
+                }
+            }
+            batch = filter::next_batch(subscription.as_mut()) => {
+                keepalive.reset();
+                let Some(subscription) = subscription.as_ref() else { continue };
                 let Some(batch) = batch else {
                     let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
                     return end_with(client, seq, &err.encode(true)).await;
@@ -208,7 +299,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut current = (*subscription.manager().definition()).clone();
                 current.stream_columns = def.stream_columns.clone();
                 let def = current;
-                let ClaimedBatch { packets: rows, sent, delivered, left_out, dead } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut seq).await {
+                let ClaimedBatch { packets: rows, sent, delivered, left_out, dead } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut seq, None).await {
                     Ok(claimed) => claimed,
                     Err(e) => {
                         subscription.batch_done(&batch, Vec::new());
@@ -285,13 +376,14 @@ async fn claim_batch(
     columns: &[BytesMut],
     batch: &[Entry],
     seq: &mut u8,
+    condition: Option<&str>,
 ) -> Result<ClaimedBatch, BatchError> {
     let keys: Vec<&[u8]> = batch.iter().map(|e| &e.key[..]).collect();
     let Claim {
         claimed,
         left_out,
         dead,
-    } = claim(backend, deprecate_eof, def, columns, &keys).await?;
+    } = claim(backend, deprecate_eof, def, columns, &keys, condition).await?;
     if claimed.is_empty() {
         return Ok(ClaimedBatch {
             left_out,
@@ -359,6 +451,7 @@ async fn claim(
     def: &MessageTable,
     columns: &[BytesMut],
     keys: &[&[u8]],
+    condition: Option<&str>,
 ) -> Result<Claim, BatchError> {
     let now = state::now_ns();
     let stream_columns = def.stream_columns.len();
@@ -370,7 +463,7 @@ async fn claim(
         });
     };
     let select = format!(
-        "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE {ids} AND {unacked} AND {due} LIMIT {limit} FOR UPDATE SKIP LOCKED",
+        "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE {ids} AND {unacked} AND {due}{filter} LIMIT {limit} FOR UPDATE SKIP LOCKED",
         cols = def.select_list(),
         key = def.key_sql(),
         table = def.by_primary_key(),
@@ -379,6 +472,9 @@ async fn claim(
         limit = keys.len(),
         unacked = state::UNACKED_SQL,
         due = state::due_sql(now),
+        // A stream's condition (§12) is checked again: the row may have changed since it was
+        // found.
+        filter = condition.map_or(String::new(), filter::and_condition),
     );
     // START TRANSACTION and the locking SELECT go out together (one round trip); both answers
     // are read before either is looked at, so the connection stays in step whatever failed.

@@ -4,7 +4,7 @@
 //! end, after which only comments may follow):
 //!
 //! ```text
-//! STREAM * FROM table_ref
+//! STREAM {* | ident [, ident ...]} FROM table_ref [WHERE condition]
 //! ACK table_ref id [, id ...]
 //! SET [SESSION | LOCAL] workload {= | :=} value
 //! SET @@[session. | local.]workload {= | :=} value
@@ -42,8 +42,15 @@ pub use work_queue::Seconds;
 /// A statement the proxy answers itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VirtualStatement {
-    /// `STREAM * FROM [schema.]table`
-    Stream { table: TableName },
+    /// `STREAM {* | col[, col ...]} FROM [schema.]table [WHERE condition]`
+    Stream {
+        table: TableName,
+        /// The columns to stream, in order (`None`: `*`, the table's stream columns).
+        columns: Option<Vec<String>>,
+        /// The condition after `WHERE`, as written (the server evaluates it; see
+        /// `work_queue::stream_condition` for what it may not hold).
+        condition: Option<String>,
+    },
     /// `ACK [schema.]table id[, id ...]`.
     Ack { table: TableName, ids: Vec<AckId> },
     /// `SET workload = ...` — accepted, changes nothing.
@@ -299,13 +306,14 @@ impl<'a> Parser<'a> {
     fn statement(&mut self) -> Result<VirtualStatement, ErrorAt> {
         let first = self.next();
         let statement = if self.is_keyword(first, "STREAM") {
-            let star = self.next();
-            if star.kind != TokenKind::Punct(b'*') {
-                return Err(star.into());
-            }
+            let columns = self.stream_columns()?;
             self.expect_keyword("FROM")?;
+            let table = self.table_ref()?;
+            let condition = self.stream_condition()?;
             VirtualStatement::Stream {
-                table: self.table_ref()?,
+                table,
+                columns,
+                condition,
             }
         } else if self.is_keyword(first, "ACK") {
             let table = self.table_ref()?;

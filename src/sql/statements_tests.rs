@@ -12,6 +12,8 @@ fn table(schema: Option<&str>, name: &str) -> TableName {
 fn stream(schema: Option<&str>, name: &str) -> VirtualStatement {
     VirtualStatement::Stream {
         table: table(schema, name),
+        columns: None,
+        condition: None,
     }
 }
 
@@ -320,8 +322,8 @@ fn malformed_stream() {
     err("STREAM *", "", 1);
     err("STREAM * FROM", "", 1);
     err("STREAM * FROM ;", "", 1);
-    err("STREAM * FROM t WHERE id=1", "WHERE id=1", 1);
-    err("STREAM id FROM t", "id FROM t", 1);
+    err("STREAM * FROM t LIMIT 1", "LIMIT 1", 1);
+    err("STREAM id, FROM t", "FROM t", 1);
     err("STREAM * t", "t", 1);
     err("STREAM * FROM t, u", ", u", 1);
     err("STREAM * FROM t u", "u", 1);
@@ -403,7 +405,8 @@ fn line_numbers() {
     err("\n/* lead */\nACK t\n", "", 2);
     err("ACK t /* a\n */ ;\n\n", "", 2);
     err("ACK\n t\n 1,\n", "", 3);
-    err("STREAM\n*\nFROM\n\nt\nWHERE", "WHERE", 6);
+    err("STREAM\n*\nFROM\n\nt\nLIMIT", "LIMIT", 6);
+    err("STREAM\n*\nFROM\n\nt\nWHERE", "", 6);
     err("STREAM * FROM t\n/* open\n comment", "/* open\n comment", 2);
     err("ACK t 1\rx", "x", 1);
 }

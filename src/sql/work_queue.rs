@@ -1,6 +1,8 @@
 //! The work-queue statements of MESSAGING.md §9-§10, msgproxy's own (Vitess has none):
 //!
 //! ```text
+//! STREAM {* | ident [, ident ...]} FROM table_ref [WHERE condition]      (§12: the column list and
+//!                                                                        the condition)
 //! NACK table_ref id [, id ...] [DELAY seconds]
 //! EXTEND table_ref id [, id ...] BY seconds
 //! REDRIVE table_ref [id [, id ...]]
@@ -19,7 +21,7 @@ use crate::sql::Keyword;
 /// what a syntax error in one says it expects (MESSAGING.md §3, §6, §9, §10).
 pub(super) fn usage(keyword: Keyword) -> Option<&'static str> {
     Some(match keyword {
-        Keyword::Stream => "STREAM * FROM table",
+        Keyword::Stream => "STREAM {* | column[, column ...]} FROM table [WHERE condition]",
         Keyword::Ack => "ACK table id[, id ...]",
         Keyword::Nack => "NACK table id[, id ...] [DELAY seconds]",
         Keyword::Extend => "EXTEND table id[, id ...] BY seconds",
@@ -74,6 +76,75 @@ impl<'a> Parser<'a> {
             return Ok(None);
         };
         Ok(Some(statement))
+    }
+
+    /// What `STREAM` sends: `*` (`None`), or a list of column names (§12).
+    pub(super) fn stream_columns(&mut self) -> Result<Option<Vec<String>>, ErrorAt> {
+        if self.peek().kind == TokenKind::Punct(b'*') {
+            self.next();
+            return Ok(None);
+        }
+        let mut columns = Vec::new();
+        loop {
+            let token = self.next();
+            columns.push(self.identifier(token, false)?);
+            if self.peek().kind != TokenKind::Punct(b',') {
+                return Ok(Some(columns));
+            }
+            self.next();
+        }
+    }
+
+    /// `WHERE condition` after `STREAM ... FROM t`, to the end of the statement (one `;` may end
+    /// it), as written: the server evaluates it, inside parentheses in the statements msgproxy
+    /// writes. So that it can only ever be one expression there, it may not hold a comment
+    /// (an executable one could hide a `)` from this check), a `;`, or a `)` without its `(`.
+    pub(super) fn stream_condition(&mut self) -> Result<Option<String>, ErrorAt> {
+        let after = self.peek();
+        if !self.is_keyword(after, "WHERE") {
+            return Ok(None);
+        }
+        let mut prev_end = self.next().end;
+        let mut start = None;
+        let mut end = prev_end;
+        let mut depth = 0usize;
+        loop {
+            let token = self.peek();
+            let gap = self.sql.get(prev_end..token.start).unwrap_or_default();
+            if let Some(at) = gap.iter().position(|&b| !crate::sql::lexer::is_space(b)) {
+                return Err(ErrorAt {
+                    offset: prev_end + at,
+                    line: token.line,
+                });
+            }
+            match token.kind {
+                TokenKind::Eof | TokenKind::Punct(b';') => {
+                    if start.is_none() || depth != 0 {
+                        return Err(token.into());
+                    }
+                    break;
+                }
+                TokenKind::Invalid => return Err(token.into()),
+                TokenKind::Punct(b'(') => depth += 1,
+                TokenKind::Punct(b')') => {
+                    depth = depth.checked_sub(1).ok_or(ErrorAt::from(token))?;
+                }
+                _ => {}
+            }
+            self.next();
+            start.get_or_insert(token.start);
+            end = token.end;
+            prev_end = token.end;
+        }
+        let start = start.unwrap_or(end);
+        let bytes = self.sql.get(start..end).unwrap_or_default();
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Ok(Some(text.to_string())),
+            Err(e) => Err(ErrorAt {
+                offset: start + e.valid_up_to(),
+                line: after.line,
+            }),
+        }
     }
 
     /// An unsigned number of seconds, at most [`MAX_SECONDS`].
@@ -165,6 +236,26 @@ mod tests {
     }
 
     #[test]
+    fn streams_that_choose() {
+        assert_eq!(
+            parse_virtual(b"STREAM id, `pay load` FROM q WHERE topic = 'a;b' AND (t IN (1, 2));"),
+            Ok(VirtualStatement::Stream {
+                table: t("q"),
+                columns: Some(vec!["id".into(), "pay load".into()]),
+                condition: Some("topic = 'a;b' AND (t IN (1, 2))".into()),
+            })
+        );
+        assert_eq!(
+            parse_virtual(b"STREAM * FROM q"),
+            Ok(VirtualStatement::Stream {
+                table: t("q"),
+                columns: None,
+                condition: None,
+            })
+        );
+    }
+
+    #[test]
     fn errors_say_what_the_statement_expects() {
         for (sql, near, usage) in [
             ("NACK q", "", "NACK table id[, id ...] [DELAY seconds]"),
@@ -186,7 +277,26 @@ mod tests {
             ),
             ("REDRIVE q 1,", "", "REDRIVE table [id[, id ...]]"),
             ("ACK q abc", "abc", "ACK table id[, id ...]"),
-            ("STREAM x FROM q", "x FROM q", "STREAM * FROM table"),
+            (
+                "STREAM x FROM q WHERE (a",
+                "",
+                "STREAM {* | column[, column ...]} FROM table [WHERE condition]",
+            ),
+            (
+                "STREAM * FROM q WHERE a) OR (b",
+                ") OR (b",
+                "STREAM {* | column[, column ...]} FROM table [WHERE condition]",
+            ),
+            (
+                "STREAM * FROM q WHERE a /*!99999 ) */",
+                "/*!99999 ) */",
+                "STREAM {* | column[, column ...]} FROM table [WHERE condition]",
+            ),
+            (
+                "STREAM * FROM q WHERE a = 1; DROP TABLE q",
+                "DROP TABLE q",
+                "STREAM {* | column[, column ...]} FROM table [WHERE condition]",
+            ),
         ] {
             let e = parse_virtual(sql.as_bytes()).unwrap_err();
             assert_eq!((e.near.as_str(), e.expects), (near, Some(usage)), "{sql}");
