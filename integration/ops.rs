@@ -252,7 +252,7 @@ fn rows_of(rows: &[Vec<String>], db: &str) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-const COLUMNS: [&str; 13] = [
+const COLUMNS: [&str; 14] = [
     "Schema",
     "Name",
     "Status",
@@ -266,6 +266,7 @@ const COLUMNS: [&str; 13] = [
     "Purged",
     "Oldest_due_age",
     "Dead",
+    "Keys_in_flight",
 ];
 
 /// `SHOW MESSAGE TABLES` through mysql_async and the `mariadb` CLI: the loaded table with its

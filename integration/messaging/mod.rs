@@ -29,6 +29,7 @@
 //! - `max_unacked` — `vt_max_unacked`: what one stream may hold unacked.
 //! - `ack_literals` — quoted `ACK` ids under every `sql_mode` (`NO_BACKSLASH_ESCAPES`,
 //!   `ANSI_QUOTES`) and character set.
+//! - `fifo` — `vt_group_col`: one message per key in flight, in id order, across proxies.
 //! - `filters` — `STREAM cols FROM t WHERE condition`: streams that choose.
 //! - `dead_letters` — `vt_max_attempts`: dead in place or moved to `vt_dead_letter`, `REDRIVE`.
 //! - `work_queue` — beyond Vitess: `NACK`, `EXTEND`, acks that delete (`vt_purge_after=0`), and
@@ -41,6 +42,7 @@ mod columns;
 mod current_db;
 mod dead_letters;
 mod errors;
+mod fifo;
 mod filters;
 pub(crate) mod harness;
 mod hostile_names;

@@ -331,6 +331,18 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         // Counted before the client sees the OK: a scrape it makes afterwards includes it.
         if !self.relay.failed {
             manager.stats().record_acked(self.relay.affected_rows);
+            // FIFO groups (§11): the next message of a group may be the head now; without the
+            // binlog only a poll tells.
+            if def.group_column.is_some()
+                && !self
+                    .ctx
+                    .engine
+                    .as_ref()
+                    .is_some_and(|e| e.binlog_following())
+            {
+                self.note_written(vec![manager.clone()]);
+                self.notify_if_committed(false);
+            }
         }
         self.write_held_end(&end).await
     }

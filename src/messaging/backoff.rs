@@ -106,6 +106,7 @@ mod tests {
             max_unacked: None,
             max_attempts: None,
             dead_letter: None,
+            group_col: None,
         }
     }
 

@@ -329,6 +329,14 @@ impl Engine {
                                 def
                             })
                             .and_then(|def| {
+                                let list = indexes.get(&(schema.clone(), name.clone()));
+                                def.check_group_index(
+                                    list.into_iter()
+                                        .flatten()
+                                        .map(|(i, p, c)| (i.as_str(), *p, c.as_str())),
+                                )
+                            })
+                            .and_then(|def| {
                                 let dl =
                                     def.options.dead_letter.as_ref().and_then(|dl| {
                                         dead_letters.get(&(schema.clone(), dl.clone()))

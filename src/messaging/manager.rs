@@ -296,8 +296,21 @@ impl TableManager {
             }
         }
         let due = !state::is_acked(row.time_acked) && state::is_due(row.time_next, now);
+        // FIFO groups (§11): a row is due only as the head of its group, which only a poll
+        // tells; and a row acked, dead or given up may make the next of its group the head.
+        let fifo = self.definition().group_column.is_some();
+        let key = fifo.then(|| row.key.clone());
+        let done = state::is_acked(row.time_acked) || row.time_next == Some(state::DEAD_TIME_NEXT);
         st.apply_changed(row, now, horizon);
+        if let Some(key) = key {
+            if due && !st.in_flight.contains(&key) {
+                st.cache.remove(&key);
+            }
+        }
         drop(st);
+        if fifo && (due || done) {
+            self.request_poll();
+        }
         if due {
             self.signal_due();
         }
@@ -315,6 +328,11 @@ impl TableManager {
         }
         st.cache.remove(key);
         st.schedule.remove(key);
+        drop(st);
+        // FIFO groups (§11): the next message of its group may be the head now.
+        if self.definition().group_column.is_some() {
+            self.request_poll();
+        }
     }
 
     /// Watches for due rows, for a stream with a `WHERE` condition (see [`DueWatch`]).

@@ -4,6 +4,7 @@ pub mod cache;
 pub mod claim_budget;
 pub mod dead_letter;
 pub mod engine;
+pub mod groups;
 pub mod manager;
 pub mod options;
 pub mod poll;

@@ -46,6 +46,9 @@ pub struct MessageOptions {
     /// Where dead messages are moved (`vt_dead_letter`, a table of the same database); `None`:
     /// they stay in place, never due. Only with `max_attempts`.
     pub dead_letter: Option<String>,
+    /// The column whose non-NULL values make FIFO groups (`vt_group_col`, MESSAGING.md §11): one
+    /// message of a group in flight at a time, in id order.
+    pub group_col: Option<String>,
 }
 
 /// Why a `vitess_message` comment was rejected. Every message names the option it is about.
@@ -96,9 +99,7 @@ pub enum OptionsError {
     #[error("vt_message_cols {0}")]
     BadMessageCols(String),
     /// A table name that is empty or not a plain name (letters, digits, `_`, `$`).
-    #[error(
-        "{option} must name a table of the same database (letters, digits, _ and $), not '{value}'"
-    )]
+    #[error("{option} must be a plain name (letters, digits, _ and $), not '{value}'")]
     BadTableName { option: &'static str, value: String },
     /// An option that means nothing without another.
     #[error("{option} needs {needs}")]
@@ -109,7 +110,7 @@ pub enum OptionsError {
 }
 
 /// The options this proxy understands, in the order the summary prints them.
-const KNOWN: [&str; 11] = [
+const KNOWN: [&str; 12] = [
     "vt_ack_wait",
     "vt_purge_after",
     "vt_batch_size",
@@ -121,6 +122,7 @@ const KNOWN: [&str; 11] = [
     "vt_max_unacked",
     "vt_max_attempts",
     "vt_dead_letter",
+    "vt_group_col",
 ];
 
 /// Every problem of one comment, in the order of the text (then the required options missing, in
@@ -254,6 +256,10 @@ pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsErr
         Some(text) => take(&mut problems, parse_table_name("vt_dead_letter", text)).map(Some),
         None => Some(None),
     };
+    let group_col = match get("vt_group_col") {
+        Some(text) => take(&mut problems, parse_table_name("vt_group_col", text)).map(Some),
+        None => Some(None),
+    };
     if get("vt_dead_letter").is_some() && get("vt_max_attempts").is_none() {
         problems.push(OptionsError::Needs {
             option: "vt_dead_letter",
@@ -273,6 +279,7 @@ pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsErr
         max_unacked,
         max_attempts,
         dead_letter,
+        group_col,
     ) {
         (
             Some(ack_wait),
@@ -286,6 +293,7 @@ pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsErr
             Some(max_unacked),
             Some(max_attempts),
             Some(dead_letter),
+            Some(group_col),
         ) if problems.is_empty() => Ok(Some(MessageOptions {
             ack_wait,
             purge_after,
@@ -298,13 +306,14 @@ pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsErr
             max_unacked,
             max_attempts,
             dead_letter,
+            group_col,
         })),
         _ => Err(OptionsErrors(problems)),
     }
 }
 
-/// A table name in the same database: not empty, and no backtick, dot or space (it is quoted
-/// where it is used, but a name that needs quoting in a comment is more likely a typo).
+/// A table (or column) name: not empty, and no backtick, dot or space (it is quoted where it is
+/// used, but a name that needs quoting in a comment is more likely a typo).
 fn parse_table_name(option: &'static str, text: &str) -> Result<String, OptionsError> {
     let plain = !text.is_empty()
         && text.chars().count() <= 64
@@ -435,6 +444,9 @@ impl MessageOptions {
         if let Some(table) = &self.dead_letter {
             s.push_str(&format!(",vt_dead_letter={table}"));
         }
+        if let Some(col) = &self.group_col {
+            s.push_str(&format!(",vt_group_col={col}"));
+        }
         s
     }
 }
@@ -482,6 +494,7 @@ mod tests {
                 max_unacked: None,
                 max_attempts: None,
                 dead_letter: None,
+                group_col: None,
             }
         );
     }
@@ -529,7 +542,7 @@ mod tests {
                  vt_dead_letter=a.b"),
             "missing required option vt_cache_size; \
              vt_poller_interval must be a number of seconds >= 0, not '-1'; \
-             vt_dead_letter must name a table of the same database (letters, digits, _ and $), not 'a.b'; \
+             vt_dead_letter must be a plain name (letters, digits, _ and $), not 'a.b'; \
              vt_dead_letter needs vt_max_attempts"
         );
     }

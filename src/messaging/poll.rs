@@ -159,13 +159,18 @@ fn unprioritized_queries(
             "SELECT {key}, 0, 0 FROM {table} WHERE `time_next` IS NULL AND {unacked} LIMIT {limit}"
         ),
     };
+    // FIFO groups (§11): only the head of each group is due.
+    let head = super::groups::and_head(def, &table);
     UnprioritizedQueries {
-        never_scheduled,
+        never_scheduled: never_scheduled.replace(
+            &format!(" LIMIT {limit}"),
+            &format!("{head} LIMIT {limit}"),
+        ),
         scheduled: format!(
-            "SELECT {key}, 0, `time_next` FROM {table}{hint} WHERE `time_next` <= {now} AND {unacked} ORDER BY `time_next` LIMIT {limit}"
+            "SELECT {key}, 0, `time_next` FROM {table}{hint} WHERE `time_next` <= {now} AND {unacked}{head} ORDER BY `time_next` LIMIT {limit}"
         ),
         soon: format!(
-            "SELECT {key}, 0, `time_next` FROM {table}{hint} WHERE `time_next` > {now} AND `time_next` <= {horizon} AND {unacked} ORDER BY `time_next` LIMIT {limit}"
+            "SELECT {key}, 0, `time_next` FROM {table}{hint} WHERE `time_next` > {now} AND `time_next` <= {horizon} AND {unacked}{head} ORDER BY `time_next` LIMIT {limit}"
         ),
     }
 }
@@ -179,6 +184,8 @@ async fn by_priority(
     let limit = def.options.cache_size;
     let table = def.qualified();
     let key = def.key_sql();
+    // FIFO groups (§11): only the head of each group is due.
+    let head = super::groups::and_head(def, &table);
     let mut due: Vec<PolledRow> = Vec::new();
     let mut soon: Vec<PolledRow> = Vec::new();
     // The two values of time_acked that mean "unacked" (see `state`), each an equality the
@@ -194,7 +201,7 @@ async fn by_priority(
             for group in groups.drain(..) {
                 if due_here < limit {
                     let sql = format!(
-                        "SELECT {key}, COALESCE(`priority`, 0), COALESCE(`time_next`, 0) FROM {table} WHERE {acked} AND {group} AND {due_cond} ORDER BY `time_next` LIMIT {n}",
+                        "SELECT {key}, COALESCE(`priority`, 0), COALESCE(`time_next`, 0) FROM {table} WHERE {acked} AND {group} AND {due_cond}{head} ORDER BY `time_next` LIMIT {n}",
                         due_cond = state::due_sql(now),
                         n = limit - due_here,
                     );
@@ -204,7 +211,7 @@ async fn by_priority(
                 }
                 if soon_here < limit {
                     let sql = format!(
-                        "SELECT {key}, COALESCE(`priority`, 0), `time_next` FROM {table} WHERE {acked} AND {group} AND `time_next` > {now} AND `time_next` <= {horizon} ORDER BY `time_next` LIMIT {n}",
+                        "SELECT {key}, COALESCE(`priority`, 0), `time_next` FROM {table} WHERE {acked} AND {group} AND `time_next` > {now} AND `time_next` <= {horizon}{head} ORDER BY `time_next` LIMIT {n}",
                         n = limit - soon_here,
                     );
                     let rows = polled_rows(conn, &sql, def).await?;
@@ -224,14 +231,14 @@ async fn by_priority(
                 if let Some(p) = last {
                     let above = format!("`priority` > {p}");
                     let sql = format!(
-                        "SELECT {key}, `priority`, COALESCE(`time_next`, 0) FROM {table} WHERE {acked} AND {above} AND {due_cond} ORDER BY `priority`, `time_next` LIMIT {n}",
+                        "SELECT {key}, `priority`, COALESCE(`time_next`, 0) FROM {table} WHERE {acked} AND {above} AND {due_cond}{head} ORDER BY `priority`, `time_next` LIMIT {n}",
                         due_cond = state::due_sql(now),
                         n = limit - due_here,
                     );
                     due.extend(polled_rows(conn, &sql, def).await?);
                     if soon_here < limit {
                         let sql = format!(
-                            "SELECT {key}, `priority`, `time_next` FROM {table} WHERE {acked} AND {above} AND `time_next` > {now} AND `time_next` <= {horizon} ORDER BY `time_next` LIMIT {n}",
+                            "SELECT {key}, `priority`, `time_next` FROM {table} WHERE {acked} AND {above} AND `time_next` > {now} AND `time_next` <= {horizon}{head} ORDER BY `time_next` LIMIT {n}",
                             n = limit - soon_here,
                         );
                         soon.extend(polled_rows(conn, &sql, def).await?);

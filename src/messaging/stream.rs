@@ -299,7 +299,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut current = (*subscription.manager().definition()).clone();
                 current.stream_columns = def.stream_columns.clone();
                 let def = current;
-                let ClaimedBatch { packets: rows, sent, delivered, left_out, dead } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut seq, None).await {
+                let ClaimedBatch { packets: rows, sent, delivered, left_out, dead, blocked } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut seq, None).await {
                     Ok(claimed) => claimed,
                     Err(e) => {
                         subscription.batch_done(&batch, Vec::new());
@@ -318,7 +318,10 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 if !dead.is_empty() {
                     subscription.manager().stats().record_dead(dead.len() as u64);
                 }
-                subscription.batch_claimed(&batch, sent, &left_out, &dead);
+                // Neither dead nor blocked rows are offered again until the binlog or a poll
+                // says they are due (a blocked one: when its group's head is done).
+                let gone: Vec<Box<[u8]>> = dead.into_iter().chain(blocked).collect();
+                subscription.batch_claimed(&batch, sent, &left_out, &gone);
                 let written = if rows.is_empty() { Ok(()) } else { write_all(client, &rows).await };
                 subscription.ready();
                 if let Err(e) = written {
@@ -383,11 +386,14 @@ async fn claim_batch(
         claimed,
         left_out,
         dead,
+        blocked,
     } = claim(backend, deprecate_eof, def, columns, &keys, condition).await?;
+    let blocked: Vec<Box<[u8]>> = blocked.into_iter().collect();
     if claimed.is_empty() {
         return Ok(ClaimedBatch {
             left_out,
             dead,
+            blocked,
             ..ClaimedBatch::default()
         });
     }
@@ -413,6 +419,7 @@ async fn claim_batch(
         delivered,
         left_out,
         dead,
+        blocked,
     })
 }
 
@@ -429,6 +436,8 @@ struct ClaimedBatch {
     left_out: Vec<Box<[u8]>>,
     /// The keys of rows the claim found dead and buried.
     dead: Vec<Box<[u8]>>,
+    /// The keys of rows not the heads of their FIFO groups.
+    blocked: Vec<Box<[u8]>>,
 }
 
 /// A claimed row.
@@ -460,6 +469,7 @@ async fn claim(
             claimed: Vec::new(),
             left_out: Vec::new(),
             dead: Vec::new(),
+            blocked: Default::default(),
         });
     };
     let select = format!(
@@ -536,7 +546,13 @@ async fn claim(
         QueryOutcome::Err(err) => return Err(rollback_after(backend, deprecate_eof, err).await),
         QueryOutcome::Ok { .. } => return Err(BatchError::Backend(BackendError::Protocol)),
     };
-    let (rows, left_out) = budget.finish();
+    let (mut rows, left_out) = budget.finish();
+    // FIFO groups (§11): what the SELECT locked that is not the head of its group (the one
+    // before it is still out, or was claimed by another proxy meanwhile) is released unclaimed.
+    let blocked = blocked_rows(backend, deprecate_eof, def, &rows).await?;
+    if !blocked.is_empty() {
+        rows.retain(|(_, key, _)| !blocked.contains(key));
+    }
     let mut claimed = Vec::with_capacity(rows.len());
     let mut dead = Vec::new();
     let mut cases = String::new();
@@ -591,6 +607,7 @@ async fn claim(
             claimed,
             left_out,
             dead,
+            blocked,
         });
     }
     let Some(update) = update else {
@@ -599,6 +616,7 @@ async fn claim(
             claimed,
             left_out,
             dead,
+            blocked,
         });
     };
     // The UPDATE and COMMIT go out together too. If the UPDATE fails, the COMMIT that follows
@@ -612,7 +630,45 @@ async fn claim(
         claimed,
         left_out,
         dead,
+        blocked,
     })
+}
+
+/// With `vt_group_col`: the keys of `rows` (locked by the claim) that are not the heads of
+/// their groups, by a plain read after the locks were taken (see `groups`).
+async fn blocked_rows<R>(
+    backend: &mut Backend,
+    deprecate_eof: bool,
+    def: &MessageTable,
+    rows: &[(usize, Box<[u8]>, R)],
+) -> Result<std::collections::HashSet<Box<[u8]>>, BatchError> {
+    let mut blocked = std::collections::HashSet::new();
+    let Some(ids) = def.ids_sql(rows.iter().map(|(_, key, _)| &key[..])) else {
+        return Ok(blocked);
+    };
+    let Some(sql) = super::groups::blocked_sql(def, &ids) else {
+        return Ok(blocked);
+    };
+    let mut keep = |row: BytesMut| {
+        if let Some(values) = wire::text_row_values(&row) {
+            if let [Some(key)] = values[..] {
+                blocked.insert(Box::from(key));
+            }
+        }
+    };
+    backend
+        .send_queries(&[&sql])
+        .await
+        .map_err(BatchError::Backend)?;
+    let outcome = backend
+        .read_outcome_with(deprecate_eof, rows.len(), &mut keep)
+        .await
+        .map_err(BatchError::Backend)?;
+    match outcome {
+        QueryOutcome::ResultSet { .. } => Ok(blocked),
+        QueryOutcome::Err(err) => Err(rollback_after(backend, deprecate_eof, err).await),
+        QueryOutcome::Ok { .. } => Err(BatchError::Backend(BackendError::Protocol)),
+    }
 }
 
 /// What one claim transaction did.
@@ -623,6 +679,8 @@ struct Claim {
     left_out: Vec<Box<[u8]>>,
     /// The keys of rows found dead (`vt_max_attempts`) and buried: never to be sent again.
     dead: Vec<Box<[u8]>>,
+    /// The keys of rows not the heads of their FIFO groups: due again when the head is done.
+    blocked: std::collections::HashSet<Box<[u8]>>,
 }
 
 /// A row of the claim's SELECT (the stream columns, the id key, the epoch), read once: its key,

@@ -78,6 +78,14 @@ pub(super) async fn find(
         ready = state::ready_sql(now),
         cond = and_condition(condition),
     );
+    // FIFO groups (§11): only heads.
+    let sql = sql.replace(
+        " ORDER BY 2, 3",
+        &format!(
+            "{} ORDER BY 2, 3",
+            super::super::groups::and_head(def, &def.qualified())
+        ),
+    );
     let mut batch: Batch = Vec::new();
     let mut keep = |row: BytesMut| {
         let Some(values) = wire::text_row_values(&row) else {

@@ -85,6 +85,9 @@ pub struct MessageTable {
     /// The `vt_dead_letter` table, checked. Set by the engine after `validate`
     /// ([`MessageTable::attach_dead_letter`]).
     pub dead_letter: Option<super::dead_letter::DeadLetter>,
+    /// The `vt_group_col` column as the table spells it (FIFO groups, MESSAGING.md §11). The
+    /// engine checks its index after `validate` ([`MessageTable::check_group_index`]).
+    pub group_column: Option<String>,
 }
 
 /// An index that starts with `time_next`.
@@ -177,6 +180,16 @@ pub enum TableProblem {
     StreamColumnsStart,
     #[error("{0}")]
     DeadLetter(String),
+    #[error("vt_group_col names a column that does not exist: {0}")]
+    NoSuchGroupColumn(String),
+    #[error("vt_group_col cannot be {0}, a column msgproxy manages; use a column of your own")]
+    GroupColumnReserved(String),
+    #[error(
+        "vt_group_col={column} needs an index whose first column is {column}, then id, so that a \
+         group's next message is found without a scan: ALTER TABLE {table} ADD INDEX \
+         {column}_fifo ({column}, id)"
+    )]
+    NoGroupIndex { column: String, table: String },
 }
 
 /// Columns with a fixed role; everything else is a user column. `time_created` and `time_scheduled` are the old
@@ -347,6 +360,20 @@ pub fn validate(
             cols
         }
     };
+    let group_column = match &options.group_col {
+        None => None,
+        Some(wanted) => match find(wanted) {
+            None => {
+                problems.push(TableProblem::NoSuchGroupColumn(wanted.clone()));
+                None
+            }
+            Some(col) if SPECIAL.iter().any(|s| same_name(&col.name, s)) => {
+                problems.push(TableProblem::GroupColumnReserved(col.name.clone()));
+                None
+            }
+            Some(col) => Some(col.name.clone()),
+        },
+    };
     match checked {
         Ok(c) if problems.is_empty() => Ok(MessageTable {
             schema: schema.to_string(),
@@ -362,6 +389,7 @@ pub fn validate(
                 .map(|c| c.name.clone())
                 .collect(),
             dead_letter: None,
+            group_column,
         }),
         _ => Err(fail(problems)),
     }
@@ -441,6 +469,43 @@ impl MessageTable {
                 problems: problems.into_iter().map(TableProblem::DeadLetter).collect(),
             }),
         }
+    }
+
+    /// With `vt_group_col`: checks that one of the table's indexes, given as `(index name,
+    /// position from 1, column)` triples, starts with the group column and then `id` (or has
+    /// nothing after it: InnoDB's secondary indexes end with the primary key anyway).
+    pub fn check_group_index<'a>(
+        self,
+        indexes: impl IntoIterator<Item = (&'a str, u32, &'a str)>,
+    ) -> Result<MessageTable, TableError> {
+        let Some(group) = &self.group_column else {
+            return Ok(self);
+        };
+        let mut by_index: std::collections::BTreeMap<&str, Vec<(u32, &str)>> = Default::default();
+        for (index, position, column) in indexes {
+            by_index.entry(index).or_default().push((position, column));
+        }
+        let fits = by_index.values_mut().any(|cols| {
+            cols.sort();
+            let first = cols
+                .first()
+                .is_some_and(|c| c.0 == 1 && same_name(c.1, group));
+            let then = match cols.get(1) {
+                None => true,
+                Some(c) => c.0 == 2 && same_name(c.1, self.id_column()),
+            };
+            first && then
+        });
+        if fits {
+            return Ok(self);
+        }
+        Err(TableError {
+            table: self.qualified(),
+            problems: vec![TableProblem::NoGroupIndex {
+                column: group.clone(),
+                table: self.qualified(),
+            }],
+        })
     }
 
     /// `` `schema`.`name` ``.

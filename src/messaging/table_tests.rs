@@ -64,6 +64,7 @@ fn opts() -> MessageOptions {
         max_unacked: None,
         max_attempts: None,
         dead_letter: None,
+        group_col: None,
     }
 }
 
