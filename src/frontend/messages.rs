@@ -578,7 +578,7 @@ pub(super) fn virtual_not_prepared() -> ErrorPacket {
     ErrorPacket::new(
         crate::protocol::commands::ER_UNSUPPORTED_PS,
         "HY000",
-        "STREAM, ACK, SET workload and SHOW MESSAGE TABLES are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
+        "STREAM, ACK, NACK, EXTEND, REDRIVE, SET workload and SHOW MESSAGE TABLES are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
     )
 }
 
