@@ -69,6 +69,9 @@ pub struct TableManager {
     due_signal: watch::Sender<u64>,
     /// Open [`DueWatch`]es: while there are any, the table is polled as for subscribers.
     watchers: AtomicUsize,
+    /// With `vt_group_col`: the group where the last poll's walk of the groups stopped (see
+    /// `groups::heads`), so that every group comes in turn.
+    group_cursor: Mutex<Option<Value>>,
 }
 
 /// A stream with a `WHERE` condition: it is handed no batches (the manager does not know which
@@ -184,6 +187,7 @@ impl TableManager {
             purge_failures: RepeatedFailure::default(),
             due_signal: watch::Sender::new(0),
             watchers: AtomicUsize::new(0),
+            group_cursor: Mutex::new(None),
         });
         let runner = manager.clone();
         tokio::spawn(async move { runner.run().await });
@@ -682,8 +686,15 @@ impl TableManager {
                     .polls
                     .fetch_add(1, Ordering::Relaxed)
                     .is_multiple_of(super::poll::THOROUGH_EVERY);
+                let mut cursor = self
+                    .group_cursor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
                 let polled =
-                    super::poll::due_and_soon(&mut conn, &def, now, horizon, thorough).await;
+                    super::poll::due_and_soon(&mut conn, &def, now, horizon, thorough, &mut cursor)
+                        .await;
+                *self.group_cursor.lock().unwrap_or_else(|e| e.into_inner()) = cursor;
                 if polled.is_ok() {
                     self.release_unseen_acks(&mut conn, &def).await;
                 }

@@ -49,7 +49,7 @@ pub type PolledRow = (Value, i64, i64);
 /// `time_next` does not fit an `i64` (a `bigint unsigned` column past 2^63) is left out with a
 /// warning rather than converted by a panicking `FromRow`: the claim and the next polls still
 /// see it, and the server's data cannot stop the poller.
-async fn polled_rows(
+pub(super) async fn polled_rows(
     conn: &mut Conn,
     sql: &str,
     def: &MessageTable,
@@ -73,7 +73,34 @@ async fn polled_rows(
 
 /// Due rows now (in sending order, at most `cache_size`) and rows due by `horizon`. A
 /// `thorough` poll also finds sent rows whose `time_next` was set to NULL (see the module doc).
+///
+/// With `vt_group_col`, these queries read the rows without a group, and the heads of the groups
+/// are read by walking the groups from `group_cursor` on (see `groups`).
 pub async fn due_and_soon(
+    conn: &mut Conn,
+    def: &MessageTable,
+    now: i64,
+    horizon: i64,
+    thorough: bool,
+    group_cursor: &mut Option<Value>,
+) -> Result<(Vec<PolledRow>, Vec<PolledRow>), mysql_async::Error> {
+    let (mut due, mut soon) = ungrouped(conn, def, now, horizon, thorough).await?;
+    if def.group_column.is_none() {
+        return Ok((due, soon));
+    }
+    let (heads_due, heads_soon) =
+        super::groups::heads(conn, def, now, horizon, group_cursor).await?;
+    due.extend(heads_due);
+    soon.extend(heads_soon);
+    due.sort_by_key(|(_, priority, time_next)| (*priority, *time_next));
+    due.truncate(def.options.cache_size);
+    soon.sort_by_key(|(_, _, time_next)| *time_next);
+    soon.truncate(def.options.cache_size);
+    Ok((due, soon))
+}
+
+/// [`due_and_soon`] of the rows without a group (all rows without `vt_group_col`).
+async fn ungrouped(
     conn: &mut Conn,
     def: &MessageTable,
     now: i64,
@@ -146,12 +173,16 @@ fn unprioritized_queries(
     let table = def.qualified();
     let unacked = state::UNACKED_SQL;
     let limit = def.options.cache_size;
-    let hint = def
+    // With FIFO groups these queries read only the rows without a group, which the group's
+    // index finds at once (`col IS NULL`): the `time_next` index would walk every grouped row.
+    let next_index = def
         .next_index
         .as_ref()
+        .filter(|_| def.group_column.is_none());
+    let hint = next_index
         .map(|i| format!(" FORCE INDEX ({})", super::table::quote_ident(&i.name)))
         .unwrap_or_default();
-    let never_scheduled = match &def.next_index {
+    let never_scheduled = match next_index {
         Some(index) if index.then_epoch && !thorough => format!(
             "SELECT {key}, 0, 0 FROM {table}{hint} WHERE `time_next` IS NULL AND (`epoch` IS NULL OR `epoch` = 0) AND {unacked} LIMIT {limit}"
         ),
@@ -159,8 +190,8 @@ fn unprioritized_queries(
             "SELECT {key}, 0, 0 FROM {table} WHERE `time_next` IS NULL AND {unacked} LIMIT {limit}"
         ),
     };
-    // FIFO groups (§11): only the head of each group is due.
-    let head = super::groups::and_head(def, &table);
+    // FIFO groups (§11): the rows without a group here; the heads are walked apart.
+    let head = super::groups::and_ungrouped(def, &table);
     UnprioritizedQueries {
         never_scheduled: never_scheduled.replace(
             &format!(" LIMIT {limit}"),
@@ -184,8 +215,8 @@ async fn by_priority(
     let limit = def.options.cache_size;
     let table = def.qualified();
     let key = def.key_sql();
-    // FIFO groups (§11): only the head of each group is due.
-    let head = super::groups::and_head(def, &table);
+    // FIFO groups (§11): the rows without a group here; the heads are walked apart.
+    let head = super::groups::and_ungrouped(def, &table);
     let mut due: Vec<PolledRow> = Vec::new();
     let mut soon: Vec<PolledRow> = Vec::new();
     // The two values of time_acked that mean "unacked" (see `state`), each an equality the
