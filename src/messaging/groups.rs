@@ -22,7 +22,7 @@ use super::table::{quote_ident, MessageTable};
 /// Groups read by one query of the poller's walk.
 const PAGE: usize = 1000;
 
-/// Most pages one poll walks (the walk also stops once it has `vt_cache_size` due heads).
+/// Most pages one poll walks (the walk also stops once it has a page's worth of due heads).
 const MAX_PAGES: usize = 100;
 
 /// SQL: some message of the group of the row named `outer` (a table reference) with a smaller id
@@ -91,9 +91,9 @@ fn page_sql(def: &MessageTable, after: bool) -> Option<String> {
 }
 
 /// The heads of the groups that are due now and due by `horizon`, walking the groups from
-/// `cursor` (where the last poll stopped; `None`: the first) on, wrapping around once, until
-/// `vt_cache_size` due heads are found or every group was seen: so each poll costs about one
-/// page, whatever the backlog of each group, and every group comes in turn.
+/// `cursor` (where the last poll stopped; `None`: the first) on, wrapping around once, until a
+/// page's worth of due heads (at most `vt_cache_size`) is found or every group was seen: so each
+/// poll costs about one page, whatever the backlog of each group, and every group comes in turn.
 pub async fn heads(
     conn: &mut Conn,
     def: &MessageTable,
@@ -104,7 +104,9 @@ pub async fn heads(
     let (Some(first), Some(next)) = (page_sql(def, false), page_sql(def, true)) else {
         return Ok((Vec::new(), Vec::new()));
     };
-    let want = def.options.cache_size;
+    // One page's worth of due heads a poll: a poll (and so a new stream's first row) costs about
+    // one page, not a walk of every group; acks in a group table ask for the next poll at once.
+    let want = def.options.cache_size.min(PAGE);
     let mut due = Vec::new();
     let mut soon = Vec::new();
     let mut seen = std::collections::HashSet::new();

@@ -153,6 +153,15 @@ pub async fn still_unacked(
     Ok(unacked)
 }
 
+/// With `vt_group_col`: ` FORCE INDEX (<the group's index>)`, for the queries that read the rows
+/// without a group (`col IS NULL`, a range at the start of that index; any other index would
+/// walk every grouped row).
+fn group_hint(def: &MessageTable) -> Option<String> {
+    def.group_index
+        .as_ref()
+        .map(|i| format!(" FORCE INDEX ({})", super::table::quote_ident(i)))
+}
+
 /// The poller's statements for a table without `priority`.
 struct UnprioritizedQueries {
     /// Due rows with a NULL `time_next` (they sort first, as 0).
@@ -179,15 +188,18 @@ fn unprioritized_queries(
         .next_index
         .as_ref()
         .filter(|_| def.group_column.is_none());
-    let hint = next_index
-        .map(|i| format!(" FORCE INDEX ({})", super::table::quote_ident(&i.name)))
-        .unwrap_or_default();
+    let hint = match (group_hint(def), next_index) {
+        (Some(hint), _) => hint,
+        (None, Some(i)) => format!(" FORCE INDEX ({})", super::table::quote_ident(&i.name)),
+        (None, None) => String::new(),
+    };
     let never_scheduled = match next_index {
         Some(index) if index.then_epoch && !thorough => format!(
             "SELECT {key}, 0, 0 FROM {table}{hint} WHERE `time_next` IS NULL AND (`epoch` IS NULL OR `epoch` = 0) AND {unacked} LIMIT {limit}"
         ),
         _ => format!(
-            "SELECT {key}, 0, 0 FROM {table} WHERE `time_next` IS NULL AND {unacked} LIMIT {limit}"
+            "SELECT {key}, 0, 0 FROM {table}{gh} WHERE `time_next` IS NULL AND {unacked} LIMIT {limit}",
+            gh = group_hint(def).unwrap_or_default(),
         ),
     };
     // FIFO groups (§11): the rows without a group here; the heads are walked apart.
@@ -215,8 +227,10 @@ async fn by_priority(
     let limit = def.options.cache_size;
     let table = def.qualified();
     let key = def.key_sql();
-    // FIFO groups (§11): the rows without a group here; the heads are walked apart.
+    // FIFO groups (§11): the rows without a group here (through the group's index); the heads
+    // are walked apart.
     let head = super::groups::and_ungrouped(def, &table);
+    let ghint = group_hint(def).unwrap_or_default();
     let mut due: Vec<PolledRow> = Vec::new();
     let mut soon: Vec<PolledRow> = Vec::new();
     // The two values of time_acked that mean "unacked" (see `state`), each an equality the
@@ -232,7 +246,7 @@ async fn by_priority(
             for group in groups.drain(..) {
                 if due_here < limit {
                     let sql = format!(
-                        "SELECT {key}, COALESCE(`priority`, 0), COALESCE(`time_next`, 0) FROM {table} WHERE {acked} AND {group} AND {due_cond}{head} ORDER BY `time_next` LIMIT {n}",
+                        "SELECT {key}, COALESCE(`priority`, 0), COALESCE(`time_next`, 0) FROM {table}{ghint} WHERE {acked} AND {group} AND {due_cond}{head} ORDER BY `time_next` LIMIT {n}",
                         due_cond = state::due_sql(now),
                         n = limit - due_here,
                     );
@@ -242,7 +256,7 @@ async fn by_priority(
                 }
                 if soon_here < limit {
                     let sql = format!(
-                        "SELECT {key}, COALESCE(`priority`, 0), `time_next` FROM {table} WHERE {acked} AND {group} AND `time_next` > {now} AND `time_next` <= {horizon}{head} ORDER BY `time_next` LIMIT {n}",
+                        "SELECT {key}, COALESCE(`priority`, 0), `time_next` FROM {table}{ghint} WHERE {acked} AND {group} AND `time_next` > {now} AND `time_next` <= {horizon}{head} ORDER BY `time_next` LIMIT {n}",
                         n = limit - soon_here,
                     );
                     let rows = polled_rows(conn, &sql, def).await?;
@@ -262,14 +276,14 @@ async fn by_priority(
                 if let Some(p) = last {
                     let above = format!("`priority` > {p}");
                     let sql = format!(
-                        "SELECT {key}, `priority`, COALESCE(`time_next`, 0) FROM {table} WHERE {acked} AND {above} AND {due_cond}{head} ORDER BY `priority`, `time_next` LIMIT {n}",
+                        "SELECT {key}, `priority`, COALESCE(`time_next`, 0) FROM {table}{ghint} WHERE {acked} AND {above} AND {due_cond}{head} ORDER BY `priority`, `time_next` LIMIT {n}",
                         due_cond = state::due_sql(now),
                         n = limit - due_here,
                     );
                     due.extend(polled_rows(conn, &sql, def).await?);
                     if soon_here < limit {
                         let sql = format!(
-                            "SELECT {key}, `priority`, `time_next` FROM {table} WHERE {acked} AND {above} AND `time_next` > {now} AND `time_next` <= {horizon}{head} ORDER BY `time_next` LIMIT {n}",
+                            "SELECT {key}, `priority`, `time_next` FROM {table}{ghint} WHERE {acked} AND {above} AND `time_next` > {now} AND `time_next` <= {horizon}{head} ORDER BY `time_next` LIMIT {n}",
                             n = limit - soon_here,
                         );
                         soon.extend(polled_rows(conn, &sql, def).await?);

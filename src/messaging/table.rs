@@ -88,6 +88,9 @@ pub struct MessageTable {
     /// The `vt_group_col` column as the table spells it (FIFO groups, MESSAGING.md §11). The
     /// engine checks its index after `validate` ([`MessageTable::check_group_index`]).
     pub group_column: Option<String>,
+    /// The index that starts with the group column (set by
+    /// [`MessageTable::check_group_index`]): the poller names it.
+    pub group_index: Option<String>,
 }
 
 /// An index that starts with `time_next`.
@@ -390,6 +393,7 @@ pub fn validate(
                 .collect(),
             dead_letter: None,
             group_column,
+            group_index: None,
         }),
         _ => Err(fail(problems)),
     }
@@ -475,7 +479,7 @@ impl MessageTable {
     /// position from 1, column)` triples, starts with the group column and then `id` (or has
     /// nothing after it: InnoDB's secondary indexes end with the primary key anyway).
     pub fn check_group_index<'a>(
-        self,
+        mut self,
         indexes: impl IntoIterator<Item = (&'a str, u32, &'a str)>,
     ) -> Result<MessageTable, TableError> {
         let Some(group) = &self.group_column else {
@@ -485,8 +489,10 @@ impl MessageTable {
         for (index, position, column) in indexes {
             by_index.entry(index).or_default().push((position, column));
         }
-        let fits = by_index.values_mut().any(|cols| {
+        for cols in by_index.values_mut() {
             cols.sort();
+        }
+        let fits = by_index.iter().find(|(_, cols)| {
             let first = cols
                 .first()
                 .is_some_and(|c| c.0 == 1 && same_name(c.1, group));
@@ -496,7 +502,8 @@ impl MessageTable {
             };
             first && then
         });
-        if fits {
+        if let Some((name, _)) = fits {
+            self.group_index = Some(name.to_string());
             return Ok(self);
         }
         Err(TableError {
