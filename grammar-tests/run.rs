@@ -419,13 +419,49 @@ fn unescape(value: &str) -> Result<String, String> {
 /// or a backtick, or an empty one, is written backtick-quoted.
 fn render(statement: &VirtualStatement) -> String {
     match statement {
-        VirtualStatement::Stream { table: t } => format!("stream {}", table(t)),
+        VirtualStatement::Stream {
+            table: t,
+            columns,
+            condition,
+        } => {
+            let mut out = format!("stream {}", table(t));
+            if let Some(columns) = columns {
+                let names: Vec<String> = columns.iter().map(|c| name(c)).collect();
+                out.push_str(&format!(" columns={}", names.join("|")));
+            }
+            if let Some(condition) = condition {
+                out.push_str(&format!(" where={condition}"));
+            }
+            out
+        }
         VirtualStatement::Ack { table: t, ids } => {
             let ids: Vec<&str> = ids.iter().map(|id| id.written()).collect();
             format!("ack {} ids={}", table(t), ids.join("|"))
         }
         VirtualStatement::SetWorkload => "set-workload".to_owned(),
         VirtualStatement::ShowMessageTables => "show-message-tables".to_owned(),
+        VirtualStatement::Nack {
+            table: t,
+            ids,
+            delay,
+        } => {
+            let ids: Vec<&str> = ids.iter().map(|id| id.written()).collect();
+            let delay = delay.map_or(String::new(), |d| format!(" delay_ns={}", d.nanos));
+            format!("nack {} ids={}{delay}", table(t), ids.join("|"))
+        }
+        VirtualStatement::Extend { table: t, ids, by } => {
+            let ids: Vec<&str> = ids.iter().map(|id| id.written()).collect();
+            format!(
+                "extend {} ids={} by_ns={}",
+                table(t),
+                ids.join("|"),
+                by.nanos
+            )
+        }
+        VirtualStatement::Redrive { table: t, ids } => {
+            let ids: Vec<&str> = ids.iter().map(|id| id.written()).collect();
+            format!("redrive {} ids={}", table(t), ids.join("|"))
+        }
     }
 }
 
@@ -496,10 +532,16 @@ fn check(case: &Case) -> Option<String> {
     }
     let parsed = match parse_stream_statement(&case.sql, Quoting::DEFAULT) {
         Some(Ok(statement)) => Ok(render_stream(&statement)),
-        Some(Err(e)) => Err((e.code, e.near, e.line, e.message)),
+        Some(Err(e)) => Err((e.code, e.near, e.line, e.message, None)),
         None => match parse_virtual(&case.sql) {
             Ok(statement) => Ok(render(&statement)),
-            Err(e) => Err((SyntaxError::CODE, e.near.clone(), e.line, e.message())),
+            Err(e) => Err((
+                SyntaxError::CODE,
+                e.near.clone(),
+                e.line,
+                e.message(),
+                Some(e.expects.is_some()),
+            )),
         },
     };
     match (&case.expect, parsed) {
@@ -509,13 +551,25 @@ fn check(case: &Case) -> Option<String> {
                 format!("{location}: expected parse `{parse}`, got `{rendered}` — {shown:?}")
             })
         }
-        (Expect::Virtual { parse, .. }, Err((_, near, line, _))) => Some(format!(
+        (Expect::Virtual { parse, .. }, Err((_, near, line, _, _))) => Some(format!(
             "{location}: expected parse `{parse}`, got error near {near:?} at line {line} — {shown:?}"
         )),
-        (Expect::SyntaxError { code, near, line }, Err((got_code, got_near, got_line, message))) => {
-            // The message must be MariaDB's, with what the record says in it (msgproxy's stream
-            // statements add the syntax they expect after it).
-            let message_ok = message.contains(&format!("near '{near}' at line {line}"));
+        (
+            Expect::SyntaxError { code, near, line },
+            Err((got_code, got_near, got_line, message, expects)),
+        ) => {
+            // The message must be MariaDB's, with what the record says in it. msgproxy's own
+            // statements also say how they are written: the message-table statements first
+            // ("msgproxy expects ..."), the event-stream statements after MariaDB's words.
+            let ours = matches!(
+                got.keyword,
+                Keyword::Stream | Keyword::Ack | Keyword::Nack | Keyword::Extend | Keyword::Redrive
+            );
+            let says_how = match expects {
+                None => true,
+                Some(has) => ours == message.contains("msgproxy expects ") && ours == has,
+            };
+            let message_ok = message.contains(&format!("near '{near}' at line {line}")) && says_how;
             (*code != got_code || got_near != *near || got_line != *line || !message_ok).then(|| {
                 format!(
                     "{location}: expected error {code} near {near:?} at line {line}, got {got_code} near {got_near:?} at line {got_line} — {shown:?}"

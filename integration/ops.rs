@@ -252,7 +252,7 @@ fn rows_of(rows: &[Vec<String>], db: &str) -> BTreeMap<String, Vec<String>> {
         .collect()
 }
 
-const COLUMNS: [&str; 12] = [
+const COLUMNS: [&str; 14] = [
     "Schema",
     "Name",
     "Status",
@@ -265,6 +265,8 @@ const COLUMNS: [&str; 12] = [
     "Redelivered",
     "Purged",
     "Oldest_due_age",
+    "Dead",
+    "Keys_in_flight",
 ];
 
 /// `SHOW MESSAGE TABLES` through mysql_async and the `mariadb` CLI: the loaded table with its

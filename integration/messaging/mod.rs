@@ -29,15 +29,24 @@
 //! - `max_unacked` — `vt_max_unacked`: what one stream may hold unacked.
 //! - `ack_literals` — quoted `ACK` ids under every `sql_mode` (`NO_BACKSLASH_ESCAPES`,
 //!   `ANSI_QUOTES`) and character set.
+//! - `fifo` — `vt_group_col`: one message per key in flight, in id order, across proxies.
+//! - `filters` — `STREAM cols FROM t WHERE condition`: streams that choose.
+//! - `dead_letters` — `vt_max_attempts`: dead in place or moved to `vt_dead_letter`, `REDRIVE`.
+//! - `work_queue` — beyond Vitess: `NACK`, `EXTEND`, acks that delete (`vt_purge_after=0`), and
+//!   what a new user met first (the age of new messages, broken tables, syntax errors).
 
 mod ack_literals;
 mod acks;
 mod arrival;
 mod columns;
 mod current_db;
+mod dead_letters;
 mod errors;
+mod fifo;
+mod filters;
 pub(crate) mod harness;
 mod hostile_names;
 mod max_unacked;
 mod stream_sessions;
 mod streams;
+pub(crate) mod work_queue;

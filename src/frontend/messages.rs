@@ -85,15 +85,26 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     .map_err(SessionEnd::Client)?;
                 Ok(())
             }
-            VirtualStatement::Stream { table } => self.stream(&table).await,
+            VirtualStatement::Stream {
+                table,
+                columns,
+                condition,
+            } => self.stream(&table, columns, condition).await,
             VirtualStatement::Ack { table, ids } => self.ack(&table, &ids).await,
             VirtualStatement::ShowMessageTables => self.show_message_tables().await,
+            VirtualStatement::Nack { table, ids, delay } => {
+                self.nack(&table, &ids, delay.map_or(0, |d| d.nanos)).await
+            }
+            VirtualStatement::Extend { table, ids, by } => {
+                self.extend(&table, &ids, by.nanos).await
+            }
+            VirtualStatement::Redrive { table, ids } => self.redrive(&table, &ids).await,
         }
     }
 
     /// Resolves a statement's table to a loaded message table, or answers the client with the
     /// reason it is not one (the server's own 1146 when it does not exist at all).
-    async fn message_table(
+    pub(super) async fn message_table(
         &mut self,
         table: &TableName,
     ) -> Result<Option<Arc<TableManager>>, SessionEnd> {
@@ -167,7 +178,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Ok(None)
     }
 
-    async fn stream(&mut self, table: &TableName) -> Result<(), SessionEnd> {
+    async fn stream(
+        &mut self,
+        table: &TableName,
+        columns: Option<Vec<String>>,
+        condition: Option<String>,
+    ) -> Result<(), SessionEnd> {
         // Each claim is a transaction of its own on this connection: its START TRANSACTION
         // would silently commit the client's open one (MESSAGING.md §4: a message is sent only
         // once its INSERT commits, never if it rolls back).
@@ -180,10 +196,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 ))
                 .await;
         }
+        // A chosen column list streams `id` too: acks name messages by it (MESSAGING.md §12).
+        if let Some(columns) = &columns {
+            if !columns.iter().any(|c| c.eq_ignore_ascii_case("id")) {
+                return self
+                    .reply_error(ErrorPacket::new(
+                        ER_WRONG_OBJECT,
+                        "HY000",
+                        "STREAM's column list must include id (acks name messages by it), e.g. STREAM id, payload FROM t",
+                    ))
+                    .await;
+            }
+        }
         let Some(manager) = self.message_table(table).await? else {
             return Ok(());
         };
-        let subscription = manager.subscribe();
+        let feed = match condition {
+            None => stream::Feed::Batches(manager.subscribe()),
+            Some(condition) => stream::Feed::Filtered {
+                watch: manager.watch(),
+                condition,
+            },
+        };
         let deprecate_eof = self.deprecate_eof();
         let shutdown = self.ctx.shutdown.clone();
         let running = self
@@ -195,7 +229,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             &mut self.backend,
             self.relay.next_seq,
             deprecate_eof,
-            subscription,
+            feed,
+            columns,
             &shutdown,
             &running.interrupted,
         )
@@ -272,6 +307,61 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             return Ok(());
         };
         let def = manager.definition();
+        // Written straight into the statement: an ACK of millions of ids (up to 32 MiB) would
+        // otherwise hold each id twice more, as a string of its own and in a joined list.
+        // With `vt_purge_after=0` the ack deletes (MESSAGING.md §13): one row write less, and
+        // the deleted rows are the ones newly acked, so affected rows mean the same.
+        let mut sql = if def.options.purge_after.is_zero() {
+            // The multi-table form, since only it takes the index hint (see `by_primary_key`).
+            format!(
+                "DELETE {} FROM {} WHERE `id` IN (",
+                def.qualified(),
+                def.by_primary_key()
+            )
+        } else {
+            format!(
+                "UPDATE {} SET `time_acked` = {}, `time_next` = NULL WHERE `id` IN (",
+                def.by_primary_key(),
+                state::now_ns(),
+            )
+        };
+        if !self.push_id_list(&mut sql, &def, ids).await? {
+            return Ok(());
+        }
+        sql.push_str(") AND ");
+        sql.push_str(state::UNACKED_SQL);
+        self.send_statement(sql.as_bytes()).await?;
+        let end = self.forward_results_holding_end().await?;
+        // Counted before the client sees the OK: a scrape it makes afterwards includes it.
+        if !self.relay.failed {
+            manager.stats().record_acked(self.relay.affected_rows);
+            // FIFO groups (§11): the next message of a group may be the head now; without the
+            // binlog only a poll tells.
+            if def.group_column.is_some()
+                && !self
+                    .ctx
+                    .engine
+                    .as_ref()
+                    .is_some_and(|e| e.binlog_following())
+            {
+                self.note_written(vec![manager.clone()]);
+                self.notify_if_committed(false);
+            }
+        }
+        self.write_held_end(&end).await
+    }
+
+    /// Appends `ids` to `sql` as a comma-separated list of literals of `def`'s id column (see
+    /// [`Session::ack`]). Numbers go in as written; a quoted id as its value re-rendered by
+    /// [`MessageTable::quoted_id_literal`](crate::messaging::table::MessageTable::quoted_id_literal),
+    /// which no `sql_mode` reads differently — so an id can never become SQL. `false`: the
+    /// client was answered with an error instead.
+    pub(super) async fn push_id_list(
+        &mut self,
+        sql: &mut String,
+        def: &crate::messaging::table::MessageTable,
+        ids: &[AckId],
+    ) -> Result<bool, SessionEnd> {
         // The bytes of a non-ASCII string are in the client's character set, which only the
         // server knows for sure (SET NAMES): ask it, for such ids only.
         let non_ascii = ids
@@ -281,22 +371,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             match self.ask_server("@@character_set_client").await? {
                 Asked::Value(cs) => cs,
                 Asked::Refused(err) => {
-                    return write_packet(self.client.get_mut(), self.relay.next_seq, &err)
+                    write_packet(self.client.get_mut(), self.relay.next_seq, &err)
                         .await
-                        .map(|_| ())
-                        .map_err(SessionEnd::Client)
+                        .map_err(SessionEnd::Client)?;
+                    return Ok(false);
                 }
             }
         } else {
             None
         };
-        // Written straight into the statement: an ACK of millions of ids (up to 32 MiB) would
-        // otherwise hold each id twice more, as a string of its own and in a joined list.
-        let mut sql = format!(
-            "UPDATE {} SET `time_acked` = {}, `time_next` = NULL WHERE `id` IN (",
-            def.by_primary_key(),
-            state::now_ns(),
-        );
         for (i, id) in ids.iter().enumerate() {
             if i > 0 {
                 sql.push_str(", ");
@@ -316,25 +399,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             };
             let Some(literal) = literal else {
                 let cs = client_charset.as_deref().unwrap_or_default();
-                return self
-                    .reply_error(ErrorPacket::new(
-                        ER_UNKNOWN_CHARACTER_SET,
-                        "42000",
-                        format!("Unknown character set: '{cs}': msgproxy cannot name quoted ACK ids in it; write them as X'..' literals"),
-                    ))
-                    .await;
+                self.reply_error(ErrorPacket::new(
+                    ER_UNKNOWN_CHARACTER_SET,
+                    "42000",
+                    format!("Unknown character set: '{cs}': msgproxy cannot name quoted ids in it; write them as X'..' literals"),
+                ))
+                .await?;
+                return Ok(false);
             };
             sql.push_str(&literal);
         }
-        sql.push_str(") AND ");
-        sql.push_str(state::UNACKED_SQL);
-        self.send_statement(sql.as_bytes()).await?;
-        let end = self.forward_results_holding_end().await?;
-        // Counted before the client sees the OK: a scrape it makes afterwards includes it.
-        if !self.relay.failed {
-            manager.stats().record_acked(self.relay.affected_rows);
-        }
-        self.write_held_end(&end).await
+        Ok(true)
     }
 
     /// After a relayed statement: collect the message tables it may have written, tell their
@@ -433,7 +508,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     /// Adds tables to those this session's open transaction may have written.
-    fn note_written(&mut self, written: Vec<Arc<TableManager>>) {
+    pub(super) fn note_written(&mut self, written: Vec<Arc<TableManager>>) {
         for m in written {
             if !self.pending_notify.iter().any(|p| Arc::ptr_eq(p, &m)) {
                 self.pending_notify.push(m);
@@ -443,7 +518,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Once no transaction is open, asks the managers of the tables written to poll (unless the
     /// transaction rolled back).
-    fn notify_if_committed(&mut self, rolled_back: bool) {
+    pub(super) fn notify_if_committed(&mut self, rolled_back: bool) {
         if !self.relay.in_transaction() && !self.pending_notify.is_empty() {
             for m in self.pending_notify.drain(..) {
                 if !rolled_back {
@@ -507,7 +582,7 @@ pub(super) fn virtual_not_prepared() -> ErrorPacket {
     ErrorPacket::new(
         crate::protocol::commands::ER_UNSUPPORTED_PS,
         "HY000",
-        "STREAM, ACK, SEEK, DROP GROUP, SET workload, SHOW MESSAGE TABLES and SHOW STREAM GROUPS are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
+        "STREAM, ACK, NACK, EXTEND, REDRIVE, SEEK, DROP GROUP, SET workload, SHOW MESSAGE TABLES and SHOW STREAM GROUPS are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
     )
 }
 

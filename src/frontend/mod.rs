@@ -12,6 +12,7 @@ mod refusal;
 mod session;
 pub mod tls;
 mod unix_socket;
+mod work_queue;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

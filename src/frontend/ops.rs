@@ -20,7 +20,7 @@ use crate::relay::ResponseKind;
 /// type and name (the first, empty `SELECT` of the union). A column's type follows its longest
 /// value: the counters' placeholder is the largest unsigned value, which makes them `BIGINT
 /// UNSIGNED` whatever the counts are.
-const COLUMNS: [(&str, &str); 12] = [
+const COLUMNS: [(&str, &str); 14] = [
     ("Schema", "CAST('' AS CHAR(64) CHARACTER SET utf8mb4)"),
     ("Name", "CAST('' AS CHAR(64) CHARACTER SET utf8mb4)"),
     ("Status", "CAST('' AS CHAR(255) CHARACTER SET utf8mb4)"),
@@ -33,6 +33,12 @@ const COLUMNS: [(&str, &str); 12] = [
     ("Redelivered", "CAST(18446744073709551615 AS UNSIGNED)"),
     ("Purged", "CAST(18446744073709551615 AS UNSIGNED)"),
     ("Oldest_due_age", "CAST(0 AS DECIMAL(20,3))"),
+    // Dead messages (MESSAGING.md §9): counted in the table (or its `vt_dead_letter` table)
+    // by the server as it answers; NULL without `vt_max_attempts`.
+    ("Dead", "CAST(18446744073709551615 AS UNSIGNED)"),
+    // FIFO groups (§11) with a message in flight, counted by the server; NULL without
+    // `vt_group_col`.
+    ("Keys_in_flight", "CAST(18446744073709551615 AS UNSIGNED)"),
 ];
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
@@ -101,7 +107,7 @@ fn show_message_tables_sql(tables: &[((String, String), Lookup)], now_ns: i64) -
                 });
                 let _ = write!(
                     sql,
-                    "{}, {}, {}, {}, {}, {}, {}, {}, {}, {age}",
+                    "{}, {}, {}, {}, {}, {}, {}, {}, {}, {age}, {}, {}",
                     text("loaded"),
                     text(&options),
                     count(s.subscribers as u64),
@@ -111,6 +117,8 @@ fn show_message_tables_sql(tables: &[((String, String), Lookup)], now_ns: i64) -
                     count(c.acked),
                     count(c.redelivered),
                     count(c.purged),
+                    crate::messaging::dead_letter::count_sql(&m.definition()),
+                    crate::messaging::groups::keys_in_flight_sql(&m.definition(), now_ns),
                 );
             }
             Lookup::Broken(why) => {
@@ -121,10 +129,12 @@ fn show_message_tables_sql(tables: &[((String, String), Lookup)], now_ns: i64) -
                 for _ in 0..7 {
                     sql.push_str(", CAST(NULL AS UNSIGNED)");
                 }
-                sql.push_str(", NULL");
+                sql.push_str(", NULL, CAST(NULL AS UNSIGNED), CAST(NULL AS UNSIGNED)");
             }
             Lookup::NotMessageTable => {
-                sql.push_str("NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL");
+                sql.push_str(
+                    "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL",
+                );
             }
         }
     }
@@ -151,7 +161,7 @@ mod tests {
     fn an_empty_registry_still_has_typed_columns() {
         let sql = show_message_tables_sql(&[], 0);
         assert!(sql.starts_with("SELECT CAST('' AS CHAR(64) CHARACTER SET utf8mb4) AS `Schema`, "));
-        assert!(sql.ends_with("AS `Oldest_due_age` FROM DUAL WHERE FALSE"));
+        assert!(sql.ends_with("AS `Keys_in_flight` FROM DUAL WHERE FALSE"));
     }
 
     #[test]

@@ -104,6 +104,9 @@ mod tests {
             max_backoff: max.map(secs),
             message_cols: None,
             max_unacked: None,
+            max_attempts: None,
+            dead_letter: None,
+            group_col: None,
         }
     }
 

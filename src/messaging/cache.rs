@@ -58,6 +58,12 @@ pub struct DueCache {
     order: BTreeSet<Slot>,
     /// Key → its `(priority, time_next)`, to find an entry in `order` by key.
     index: HashMap<Box<[u8]>, (i64, i64)>,
+    /// When the proxy first saw each cached row whose `time_next` is NULL or 0 (Unix ns): such a
+    /// row has no due time of its own to age from, and without this the oldest due age of a table
+    /// of new messages (which is what the RFC's table and insert make) was never shown. Kept
+    /// across [`clear`](Self::clear), since a poll clears and refills the cache, and pruned to the
+    /// cached keys by [`forget_uncached`](Self::forget_uncached).
+    seen: HashMap<Box<[u8]>, i64>,
     capacity: usize,
 }
 
@@ -67,6 +73,7 @@ impl DueCache {
         DueCache {
             order: BTreeSet::new(),
             index: HashMap::new(),
+            seen: HashMap::new(),
             capacity,
         }
     }
@@ -101,7 +108,11 @@ impl DueCache {
             }
             if let Some((_, _, evicted)) = self.order.pop_last() {
                 self.index.remove(&evicted.0);
+                self.seen.remove(&evicted.0);
             }
+        }
+        if time_next <= 0 && !self.seen.contains_key(&key) {
+            self.seen.insert(key.clone(), super::state::now_ns());
         }
         self.index.insert(key.clone(), (priority, time_next));
         self.order.insert((priority, time_next, SortKey(key)));
@@ -116,6 +127,7 @@ impl DueCache {
                 break;
             };
             self.index.remove(&key);
+            self.seen.remove(&key);
             batch.push(Entry {
                 key,
                 priority,
@@ -129,6 +141,7 @@ impl DueCache {
     pub fn remove(&mut self, key: &[u8]) -> bool {
         match self.index.remove_entry(key) {
             Some((key, (priority, time_next))) => {
+                self.seen.remove(&key);
                 self.order.remove(&(priority, time_next, SortKey(key)));
                 true
             }
@@ -152,19 +165,32 @@ impl DueCache {
         self.capacity
     }
 
-    /// The earliest positive `time_next` in the cache (NULL/0 seeds have no due time to age
-    /// from). O(n): for metrics at scrape time, never on the delivery path.
+    /// When the oldest cached row became due: the earliest positive `time_next`, or for a row
+    /// whose `time_next` is NULL or 0 (due since it was written) the moment the proxy first saw
+    /// it. O(n): for metrics at scrape time, never on the delivery path.
     pub fn oldest_time_next(&self) -> Option<i64> {
-        self.index
+        let scheduled = self
+            .index
             .values()
             .map(|&(_, t)| t)
             .filter(|&t| t > 0)
-            .min()
+            .min();
+        let seeds = self.seen.values().copied().min();
+        scheduled.into_iter().chain(seeds).min()
     }
 
+    /// Empties the cache. When first seen rows of NULL/0 `time_next` were is kept, for the rows
+    /// put back at once (a poll's refill); [`forget_uncached`](Self::forget_uncached) drops the rest.
     pub fn clear(&mut self) {
         self.order.clear();
         self.index.clear();
+    }
+
+    /// Forgets when rows no longer cached were first seen (after a [`clear`](Self::clear) and
+    /// refill).
+    pub fn forget_uncached(&mut self) {
+        let index = &self.index;
+        self.seen.retain(|key, _| index.contains_key(key));
     }
 }
 
@@ -397,5 +423,27 @@ mod tests {
         }
         let order: Vec<Box<[u8]>> = c.pop_batch(10).into_iter().map(|e| e.key).collect();
         assert_eq!(order, [k(&[0xff, 0x00]), k(&[0x00]), k(&[])]);
+    }
+
+    #[test]
+    fn rows_due_since_written_age_from_when_they_were_first_seen() {
+        let mut c = DueCache::new(10);
+        assert_eq!(c.oldest_time_next(), None);
+        let before = crate::messaging::state::now_ns();
+        c.insert(e("1", 0, 0));
+        let seen = c.oldest_time_next().expect("a seed has an age");
+        assert!(seen >= before, "{seen} {before}");
+        // A poll's refill keeps the moment; a row not put back is forgotten.
+        c.insert(e("2", 0, 0));
+        c.clear();
+        c.insert(e("1", 0, 0));
+        c.forget_uncached();
+        assert_eq!(c.oldest_time_next(), Some(seen));
+        // A scheduled row due earlier is older.
+        c.insert(e("3", 0, 5));
+        assert_eq!(c.oldest_time_next(), Some(5));
+        c.remove(b"3");
+        c.pop_batch(1);
+        assert_eq!(c.oldest_time_next(), None);
     }
 }

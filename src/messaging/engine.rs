@@ -295,6 +295,7 @@ impl Engine {
                 .or_default()
                 .push((index, position, column));
         }
+        let dead_letters = dead_letter_columns(&mut conn, &candidates).await?;
         let mut columns: HashMap<TableKey, Vec<ColumnInfo>> = HashMap::new();
         for mut row in rows {
             let schema: String = row.take(0).unwrap_or_default();
@@ -333,15 +334,82 @@ impl Engine {
                                     });
                                 def
                             })
+                            .and_then(|def| {
+                                let list = indexes.get(&(schema.clone(), name.clone()));
+                                def.check_group_index(
+                                    list.into_iter()
+                                        .flatten()
+                                        .map(|(i, p, c)| (i.as_str(), *p, c.as_str())),
+                                )
+                            })
+                            .and_then(|def| {
+                                let dl =
+                                    def.options.dead_letter.as_ref().and_then(|dl| {
+                                        dead_letters.get(&(schema.clone(), dl.clone()))
+                                    });
+                                def.attach_dead_letter(dl.map(Vec::as_slice))
+                            })
                             .map_err(|e| e.to_string())
                     }
                     Ok(None) => return None,
-                    Err(e) => Err(format!("message table `{schema}`.`{name}`: {e}")),
+                    Err(e) => {
+                        let cols = columns
+                            .get(&(schema.clone(), name.clone()))
+                            .map_or(&[][..], Vec::as_slice);
+                        Err(table::broken_options(&schema, &name, e, cols).to_string())
+                    }
                 };
                 Some(((schema, name), result))
             })
             .collect())
     }
+}
+
+/// The column names of the `vt_dead_letter` tables the comments of `candidates` (schema, name,
+/// comment) name, by (schema, table). A comment that does not parse names none.
+async fn dead_letter_columns(
+    conn: &mut mysql_async::Conn,
+    candidates: &[(String, String, String)],
+) -> Result<HashMap<TableKey, Vec<String>>, mysql_async::Error> {
+    let wanted: Vec<(String, String)> = candidates
+        .iter()
+        .filter_map(|(schema, _, comment)| {
+            let dl = options::parse_comment(comment).ok()??.dead_letter?;
+            Some((schema.clone(), dl))
+        })
+        .collect();
+    let mut found: HashMap<TableKey, Vec<String>> = HashMap::new();
+    if wanted.is_empty() {
+        return Ok(found);
+    }
+    // Names as hex, so nothing in a comment becomes SQL.
+    let hex = |s: &str| {
+        format!(
+            "CONVERT(X'{}' USING utf8mb4)",
+            table::hex_upper(s.as_bytes())
+        )
+    };
+    let condition = wanted
+        .iter()
+        .map(|(schema, name)| {
+            format!(
+                "(TABLE_SCHEMA = {} AND TABLE_NAME = {})",
+                hex(schema),
+                hex(name)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    let rows: Vec<(String, String, String)> = conn
+        .query(format!(
+            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS \
+             WHERE {condition} ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION"
+        ))
+        .await?;
+    for (schema, name, column) in rows {
+        found.entry((schema, name)).or_default().push(column);
+    }
+    Ok(found)
 }
 
 fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool {

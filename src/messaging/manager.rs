@@ -8,11 +8,11 @@
 //! acked message sent again.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use mysql_async::{Pool, Value};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
@@ -64,6 +64,35 @@ pub struct TableManager {
     /// Runs of failed polls and purges (the backend away), logged once a minute, not per tick.
     poll_failures: RepeatedFailure,
     purge_failures: RepeatedFailure,
+    /// Bumped whenever rows may have become due, for the streams with a `WHERE` condition
+    /// (MESSAGING.md §12), which find their own rows ([`DueWatch`]).
+    due_signal: watch::Sender<u64>,
+    /// Open [`DueWatch`]es: while there are any, the table is polled as for subscribers.
+    watchers: AtomicUsize,
+    /// With `vt_group_col`: the group where the last poll's walk of the groups stopped (see
+    /// `groups::heads`), so that every group comes in turn.
+    group_cursor: Mutex<Option<Value>>,
+}
+
+/// A stream with a `WHERE` condition: it is handed no batches (the manager does not know which
+/// rows match); it is told when rows may have become due, and finds and claims matching ones
+/// itself, on its own connection (so the condition runs with its session's privileges).
+pub struct DueWatch {
+    manager: Arc<TableManager>,
+    /// Changes when rows may have become due.
+    pub due: watch::Receiver<u64>,
+}
+
+impl Drop for DueWatch {
+    fn drop(&mut self) {
+        self.manager.watchers.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl DueWatch {
+    pub fn manager(&self) -> &Arc<TableManager> {
+        &self.manager
+    }
 }
 
 /// How long after a poll asked for at a commit seen in the binlog the table is polled again.
@@ -101,7 +130,7 @@ impl Drop for Subscription {
 impl Subscription {
     /// Reports that the last batch is finished (sent or not); the subscriber may get another.
     pub fn batch_done(&self, batch: &[Entry], sent: Vec<Entry>) {
-        self.manager.batch_claimed(self.id, batch, sent, &[]);
+        self.manager.batch_claimed(self.id, batch, sent, &[], &[]);
         self.manager.subscriber_ready(self.id);
     }
 
@@ -109,9 +138,17 @@ impl Subscription {
     /// they are written to the client: from now on they wait for their ack or their new
     /// `time_next` like any sent row, however long the write takes. The subscriber stays busy
     /// (gets no other batch) until [`Subscription::ready`]. `left_out`: rows the claim left out
-    /// for its byte budget, still due (not passed over for a lock).
-    pub fn batch_claimed(&self, batch: &[Entry], sent: Vec<Entry>, left_out: &[Box<[u8]>]) {
-        self.manager.batch_claimed(self.id, batch, sent, left_out);
+    /// for its byte budget, still due (not passed over for a lock). `dead`: rows the claim found
+    /// dead (`vt_max_attempts`), never to be offered again.
+    pub fn batch_claimed(
+        &self,
+        batch: &[Entry],
+        sent: Vec<Entry>,
+        left_out: &[Box<[u8]>],
+        dead: &[Box<[u8]>],
+    ) {
+        self.manager
+            .batch_claimed(self.id, batch, sent, left_out, dead);
     }
 
     /// The last batch is written to the client: the subscriber may get another.
@@ -148,6 +185,9 @@ impl TableManager {
             stats: super::stats::TableStats::default(),
             poll_failures: RepeatedFailure::default(),
             purge_failures: RepeatedFailure::default(),
+            due_signal: watch::Sender::new(0),
+            watchers: AtomicUsize::new(0),
+            group_cursor: Mutex::new(None),
         });
         let runner = manager.clone();
         tokio::spawn(async move { runner.run().await });
@@ -248,8 +288,36 @@ impl TableManager {
         ));
         let mut st = self.lock();
         st.note_change(now, LateChange::Changed(row.clone()));
+        // A held message (`vt_max_unacked`) given back (`NACK`, or an UPDATE of `time_next` to
+        // a moment passed) no longer counts; one kept longer (`EXTEND`) counts until its new
+        // `time_next`. Only for a positive `time_next`: an insert's NULL or 0 seen late (after
+        // a poll found and claimed the row) must not let go of what the claim holds.
+        if !state::is_acked(row.time_acked) {
+            match row.time_next {
+                Some(t) if t > 0 && state::is_due(Some(t), now) => st.unacked.release(&row.key),
+                Some(t) if t > 0 => st.unacked.extend(&row.key, t),
+                _ => {}
+            }
+        }
+        let due = !state::is_acked(row.time_acked) && state::is_due(row.time_next, now);
+        // FIFO groups (§11): a row is due only as the head of its group, which only a poll
+        // tells; and a row acked, dead or given up may make the next of its group the head.
+        let fifo = self.definition().group_column.is_some();
+        let key = fifo.then(|| row.key.clone());
+        let done = state::is_acked(row.time_acked) || row.time_next == Some(state::DEAD_TIME_NEXT);
         st.apply_changed(row, now, horizon);
+        if let Some(key) = key {
+            if due && !st.in_flight.contains(&key) {
+                st.cache.remove(&key);
+            }
+        }
         drop(st);
+        if fifo && (due || done) {
+            self.request_poll();
+        }
+        if due {
+            self.signal_due();
+        }
         self.kick.notify_one();
     }
 
@@ -264,6 +332,28 @@ impl TableManager {
         }
         st.cache.remove(key);
         st.schedule.remove(key);
+        drop(st);
+        // FIFO groups (§11): the next message of its group may be the head now.
+        if self.definition().group_column.is_some() {
+            self.request_poll();
+        }
+    }
+
+    /// Watches for due rows, for a stream with a `WHERE` condition (see [`DueWatch`]).
+    pub fn watch(self: &Arc<Self>) -> DueWatch {
+        self.watchers.fetch_add(1, Ordering::AcqRel);
+        self.request_poll();
+        DueWatch {
+            manager: self.clone(),
+            due: self.due_signal.subscribe(),
+        }
+    }
+
+    /// Tells the [`DueWatch`]es that rows may have become due.
+    fn signal_due(&self) {
+        if self.watchers.load(Ordering::Acquire) > 0 {
+            self.due_signal.send_modify(|n| *n = n.wrapping_add(1));
+        }
     }
 
     pub fn subscribe(self: &Arc<Self>) -> Subscription {
@@ -316,8 +406,10 @@ impl TableManager {
         batch: &[Entry],
         sent: Vec<Entry>,
         left_out: &[Box<[u8]>],
+        dead: &[Box<[u8]>],
     ) {
         let left_out: HashSet<&[u8]> = left_out.iter().map(|k| &k[..]).collect();
+        let dead: HashSet<&[u8]> = dead.iter().map(|k| &k[..]).collect();
         let (now, horizon) = self.now_and_horizon();
         // Only while the limit holds: in poll mode acks are not seen, and what streams hold
         // would pile up until each ack wait passed (a minute's deliveries, at a high rate).
@@ -362,6 +454,11 @@ impl TableManager {
                 }
                 (None, None) if left_out.contains(&e.key[..]) => {
                     state.cache.insert(e.clone());
+                }
+                // Dead (in place, or moved away): not due again until a REDRIVE, which the
+                // binlog or a poll shows.
+                (None, None) if dead.contains(&e.key[..]) => {
+                    state.skipped.remove(&e.key);
                 }
                 (None, None) => {
                     let tries = state.skipped.get(&e.key).copied().unwrap_or(0);
@@ -510,7 +607,7 @@ impl TableManager {
     }
 
     fn has_subscribers(&self) -> bool {
-        !self.lock().subscribers.is_empty()
+        self.watchers.load(Ordering::Acquire) > 0 || !self.lock().subscribers.is_empty()
     }
 
     /// Hands batches to ready subscribers in turn. Returns true when the cache is running low
@@ -528,6 +625,9 @@ impl TableManager {
             }
         }
         state.unacked.expire(now);
+        if !state.cache.is_empty() {
+            self.signal_due();
+        }
         let unacked = &state.unacked;
         // How many more messages a stream may be sent now.
         let room = |id: u64| match limit {
@@ -586,8 +686,15 @@ impl TableManager {
                     .polls
                     .fetch_add(1, Ordering::Relaxed)
                     .is_multiple_of(super::poll::THOROUGH_EVERY);
+                let mut cursor = self
+                    .group_cursor
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
                 let polled =
-                    super::poll::due_and_soon(&mut conn, &def, now, horizon, thorough).await;
+                    super::poll::due_and_soon(&mut conn, &def, now, horizon, thorough, &mut cursor)
+                        .await;
+                *self.group_cursor.lock().unwrap_or_else(|e| e.into_inner()) = cursor;
                 if polled.is_ok() {
                     self.release_unseen_acks(&mut conn, &def).await;
                 }

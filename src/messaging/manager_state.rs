@@ -151,6 +151,7 @@ impl State {
                 time_next,
             });
         }
+        self.cache.forget_uncached();
         self.schedule.clear();
         for (key, priority, time_next) in soon {
             if let Some(key) = value_bytes(key) {

@@ -2,7 +2,9 @@
 pub mod backoff;
 pub mod cache;
 pub mod claim_budget;
+pub mod dead_letter;
 pub mod engine;
+pub mod groups;
 pub mod manager;
 pub mod options;
 pub mod poll;

@@ -40,6 +40,15 @@ pub struct MessageOptions {
     /// Most messages one stream may hold sent and not yet acked (`vt_max_unacked`, msgproxy's
     /// own, >= 1); `None` = no limit, as in Vitess.
     pub max_unacked: Option<usize>,
+    /// Most times a message is sent (`vt_max_attempts`, >= 1): a message sent that often whose
+    /// ack wait passes is dead, not sent again (MESSAGING.md §9). `None` = no limit, as in Vitess.
+    pub max_attempts: Option<usize>,
+    /// Where dead messages are moved (`vt_dead_letter`, a table of the same database); `None`:
+    /// they stay in place, never due. Only with `max_attempts`.
+    pub dead_letter: Option<String>,
+    /// The column whose non-NULL values make FIFO groups (`vt_group_col`, MESSAGING.md §11): one
+    /// message of a group in flight at a time, in id order.
+    pub group_col: Option<String>,
 }
 
 /// Why a `vitess_message` comment was rejected. Every message names the option it is about.
@@ -89,10 +98,19 @@ pub enum OptionsError {
     /// `vt_message_cols` with an empty name, a repeated name, or not starting with `id`.
     #[error("vt_message_cols {0}")]
     BadMessageCols(String),
+    /// A table name that is empty or not a plain name (letters, digits, `_`, `$`).
+    #[error("{option} must be a plain name (letters, digits, _ and $), not '{value}'")]
+    BadTableName { option: &'static str, value: String },
+    /// An option that means nothing without another.
+    #[error("{option} needs {needs}")]
+    Needs {
+        option: &'static str,
+        needs: &'static str,
+    },
 }
 
 /// The options this proxy understands, in the order the summary prints them.
-const KNOWN: [&str; 9] = [
+const KNOWN: [&str; 12] = [
     "vt_ack_wait",
     "vt_purge_after",
     "vt_batch_size",
@@ -102,24 +120,51 @@ const KNOWN: [&str; 9] = [
     "vt_max_backoff",
     "vt_message_cols",
     "vt_max_unacked",
+    "vt_max_attempts",
+    "vt_dead_letter",
+    "vt_group_col",
 ];
 
+/// Every problem of one comment, in the order of the text (then the required options missing, in
+/// the documented order): a table with several is fixed in one round, not one error at a time.
+/// Never empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionsErrors(pub Vec<OptionsError>);
+
+impl std::fmt::Display for OptionsErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for OptionsErrors {}
+
 /// Parses a table comment. `Ok(None)` means the table is not a message table (the comment does not start with
-/// `vitess_message`); `Err` means it is one, but its options are wrong and it must not be loaded.
+/// `vitess_message`); `Err` means it is one, but its options are wrong and it must not be loaded: every problem
+/// found is reported.
 ///
 /// Empty parts (a trailing or doubled comma) are allowed: they carry no option, so nothing is lost by skipping
 /// them.
-pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsError> {
+pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsErrors> {
     if !comment.starts_with(COMMENT_PREFIX) {
         return Ok(None);
     }
     let mut parts = comment.split(',');
     let head = parts.next().unwrap_or_default();
     if head.trim_end() != COMMENT_PREFIX {
-        return Err(OptionsError::BadPrefix(comment.to_string()));
+        return Err(OptionsErrors(vec![OptionsError::BadPrefix(
+            comment.to_string(),
+        )]));
     }
 
-    // Values by position in KNOWN; the first problem found in the text is the one reported.
+    let mut problems = Vec::new();
+    // Values by position in KNOWN.
     let mut values: [Option<&str>; KNOWN.len()] = [None; KNOWN.len()];
     for part in parts {
         let part = part.trim();
@@ -127,14 +172,16 @@ pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsErr
             continue;
         }
         let Some((key, value)) = part.split_once('=') else {
-            return Err(OptionsError::NoValue(part.to_string()));
+            problems.push(OptionsError::NoValue(part.to_string()));
+            continue;
         };
         let (key, value) = (key.trim(), value.trim());
         let Some(slot) = KNOWN.iter().position(|k| *k == key) else {
-            return Err(OptionsError::Unknown(key.to_string()));
+            problems.push(OptionsError::Unknown(key.to_string()));
+            continue;
         };
         if values[slot].replace(value).is_some() {
-            return Err(OptionsError::Duplicate(key.to_string()));
+            problems.push(OptionsError::Duplicate(key.to_string()));
         }
     }
     let get = |name: &'static str| -> Option<&str> {
@@ -143,43 +190,84 @@ pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsErr
             .position(|k| *k == name)
             .and_then(|i| values[i])
     };
-    let required = |name: &'static str| get(name).ok_or(OptionsError::Missing(name));
+    // Each option is checked whatever happened to the others; `take` keeps the value or notes
+    // the problem.
+    fn take<T>(problems: &mut Vec<OptionsError>, r: Result<T, OptionsError>) -> Option<T> {
+        r.map_err(|e| problems.push(e)).ok()
+    }
+    let required = |problems: &mut Vec<OptionsError>, name: &'static str| {
+        let value = get(name);
+        if value.is_none() {
+            problems.push(OptionsError::Missing(name));
+        }
+        value
+    };
+    let ack_wait_text = required(&mut problems, "vt_ack_wait");
+    let purge_after_text = required(&mut problems, "vt_purge_after");
+    let batch_size_text = required(&mut problems, "vt_batch_size");
+    let cache_size_text = required(&mut problems, "vt_cache_size");
+    let poller_interval_text = required(&mut problems, "vt_poller_interval");
 
-    // Required options first, in the documented order, so the error names the first one missing.
-    let ack_wait_text = required("vt_ack_wait")?;
-    let purge_after_text = required("vt_purge_after")?;
-    let batch_size_text = required("vt_batch_size")?;
-    let cache_size_text = required("vt_cache_size")?;
-    let poller_interval_text = required("vt_poller_interval")?;
-
-    let ack_wait = parse_positive_seconds("vt_ack_wait", ack_wait_text)?;
-    let purge_after = parse_seconds("vt_purge_after", purge_after_text)?;
-    let batch_size = parse_count("vt_batch_size", batch_size_text)?;
-    let cache_size = parse_count("vt_cache_size", cache_size_text)?;
-    let poller_interval = parse_positive_seconds("vt_poller_interval", poller_interval_text)?;
+    let ack_wait =
+        ack_wait_text.and_then(|t| take(&mut problems, parse_positive_seconds("vt_ack_wait", t)));
+    let purge_after =
+        purge_after_text.and_then(|t| take(&mut problems, parse_seconds("vt_purge_after", t)));
+    let batch_size =
+        batch_size_text.and_then(|t| take(&mut problems, parse_count("vt_batch_size", t)));
+    let cache_size =
+        cache_size_text.and_then(|t| take(&mut problems, parse_count("vt_cache_size", t)));
+    let poller_interval = poller_interval_text.and_then(|t| {
+        take(
+            &mut problems,
+            parse_positive_seconds("vt_poller_interval", t),
+        )
+    });
     let min_backoff = match get("vt_min_backoff") {
-        Some(text) => parse_seconds("vt_min_backoff", text)?,
+        Some(text) => take(&mut problems, parse_seconds("vt_min_backoff", text)),
         None => ack_wait,
     };
     let max_backoff = match get("vt_max_backoff") {
-        Some(text) => Some(parse_seconds("vt_max_backoff", text)?).filter(|d| !d.is_zero()),
-        None => None,
+        Some(text) => take(&mut problems, parse_seconds("vt_max_backoff", text))
+            .map(|d| Some(d).filter(|d| !d.is_zero())),
+        None => Some(None),
     };
-    if let Some(max) = max_backoff {
-        if max < min_backoff {
-            return Err(OptionsError::MaxBelowMin {
+    if let (Some(Some(max)), Some(min)) = (max_backoff, min_backoff) {
+        if max < min {
+            problems.push(OptionsError::MaxBelowMin {
                 max: format_seconds(max),
-                min: format_seconds(min_backoff),
+                min: format_seconds(min),
                 min_defaulted: get("vt_min_backoff").is_none(),
             });
         }
     }
-    let message_cols = get("vt_message_cols").map(parse_message_cols).transpose()?;
-    let max_unacked = get("vt_max_unacked")
-        .map(|text| parse_count("vt_max_unacked", text))
-        .transpose()?;
+    let message_cols = match get("vt_message_cols") {
+        Some(text) => take(&mut problems, parse_message_cols(text)).map(Some),
+        None => Some(None),
+    };
+    let max_unacked = match get("vt_max_unacked") {
+        Some(text) => take(&mut problems, parse_count("vt_max_unacked", text)).map(Some),
+        None => Some(None),
+    };
+    let max_attempts = match get("vt_max_attempts") {
+        Some(text) => take(&mut problems, parse_count("vt_max_attempts", text)).map(Some),
+        None => Some(None),
+    };
+    let dead_letter = match get("vt_dead_letter") {
+        Some(text) => take(&mut problems, parse_table_name("vt_dead_letter", text)).map(Some),
+        None => Some(None),
+    };
+    let group_col = match get("vt_group_col") {
+        Some(text) => take(&mut problems, parse_table_name("vt_group_col", text)).map(Some),
+        None => Some(None),
+    };
+    if get("vt_dead_letter").is_some() && get("vt_max_attempts").is_none() {
+        problems.push(OptionsError::Needs {
+            option: "vt_dead_letter",
+            needs: "vt_max_attempts",
+        });
+    }
 
-    Ok(Some(MessageOptions {
+    match (
         ack_wait,
         purge_after,
         batch_size,
@@ -189,7 +277,57 @@ pub fn parse_comment(comment: &str) -> Result<Option<MessageOptions>, OptionsErr
         max_backoff,
         message_cols,
         max_unacked,
-    }))
+        max_attempts,
+        dead_letter,
+        group_col,
+    ) {
+        (
+            Some(ack_wait),
+            Some(purge_after),
+            Some(batch_size),
+            Some(cache_size),
+            Some(poller_interval),
+            Some(min_backoff),
+            Some(max_backoff),
+            Some(message_cols),
+            Some(max_unacked),
+            Some(max_attempts),
+            Some(dead_letter),
+            Some(group_col),
+        ) if problems.is_empty() => Ok(Some(MessageOptions {
+            ack_wait,
+            purge_after,
+            batch_size,
+            cache_size,
+            poller_interval,
+            min_backoff,
+            max_backoff,
+            message_cols,
+            max_unacked,
+            max_attempts,
+            dead_letter,
+            group_col,
+        })),
+        _ => Err(OptionsErrors(problems)),
+    }
+}
+
+/// A table (or column) name: not empty, and no backtick, dot or space (it is quoted where it is
+/// used, but a name that needs quoting in a comment is more likely a typo).
+fn parse_table_name(option: &'static str, text: &str) -> Result<String, OptionsError> {
+    let plain = !text.is_empty()
+        && text.chars().count() <= 64
+        && text
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '_' || c == '$');
+    if plain {
+        Ok(text.to_string())
+    } else {
+        Err(OptionsError::BadTableName {
+            option,
+            value: text.to_string(),
+        })
+    }
 }
 
 /// A finite number of seconds in `0..=MAX_SECONDS`, with fractions (Vitess takes floats).
@@ -300,6 +438,15 @@ impl MessageOptions {
         if let Some(max) = self.max_unacked {
             s.push_str(&format!(",vt_max_unacked={max}"));
         }
+        if let Some(max) = self.max_attempts {
+            s.push_str(&format!(",vt_max_attempts={max}"));
+        }
+        if let Some(table) = &self.dead_letter {
+            s.push_str(&format!(",vt_dead_letter={table}"));
+        }
+        if let Some(col) = &self.group_col {
+            s.push_str(&format!(",vt_group_col={col}"));
+        }
         s
     }
 }
@@ -312,7 +459,7 @@ mod tests {
         "vitess_message,vt_ack_wait=30,vt_purge_after=120,vt_batch_size=1,vt_cache_size=1000,\
                         vt_poller_interval=30";
 
-    fn parse(comment: &str) -> Result<Option<MessageOptions>, OptionsError> {
+    fn parse(comment: &str) -> Result<Option<MessageOptions>, OptionsErrors> {
         parse_comment(comment)
     }
 
@@ -345,6 +492,9 @@ mod tests {
                 max_backoff: None,
                 message_cols: None,
                 max_unacked: None,
+                max_attempts: None,
+                dead_letter: None,
+                group_col: None,
             }
         );
     }
@@ -358,10 +508,10 @@ mod tests {
         for bad in ["0", "-1", "1.5", "many", ""] {
             assert_eq!(
                 parse_comment(&format!("{BASE},vt_max_unacked={bad}")),
-                Err(OptionsError::BadCount {
+                Err(OptionsErrors(vec![OptionsError::BadCount {
                     option: "vt_max_unacked",
                     value: bad.to_string()
-                }),
+                }])),
                 "{bad}"
             );
         }
@@ -373,6 +523,41 @@ mod tests {
                 "vt_max_unacked is too large: '{huge}' (at most {})",
                 usize::MAX
             )
+        );
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        assert_eq!(
+            err(
+                "vitess_message,vt_ack_wait=0,vt_batch_size=x,vt_bogus=1,vt_cache_size=10,\
+                 vt_poller_interval=1,vt_purge_after=1,vt_batch_size=2,novalue"
+            ),
+            "unknown option vt_bogus; option vt_batch_size is given more than once; \
+             option 'novalue' has no value (expected key=value); \
+             vt_ack_wait must be more than 0 seconds, not '0'"
+        );
+        assert_eq!(
+            err("vitess_message,vt_ack_wait=1,vt_purge_after=1,vt_batch_size=1,vt_poller_interval=-1,\
+                 vt_dead_letter=a.b"),
+            "missing required option vt_cache_size; \
+             vt_poller_interval must be a number of seconds >= 0, not '-1'; \
+             vt_dead_letter must be a plain name (letters, digits, _ and $), not 'a.b'; \
+             vt_dead_letter needs vt_max_attempts"
+        );
+    }
+
+    #[test]
+    fn max_attempts_and_dead_letter() {
+        let o = ok(&format!("{BASE},vt_max_attempts=3,vt_dead_letter=q_dead"));
+        assert_eq!(o.max_attempts, Some(3));
+        assert_eq!(o.dead_letter.as_deref(), Some("q_dead"));
+        assert!(o
+            .to_comment_summary()
+            .ends_with(",vt_max_attempts=3,vt_dead_letter=q_dead"));
+        assert_eq!(
+            err(&format!("{BASE},vt_max_attempts=0")),
+            "vt_max_attempts must be a whole number >= 1, not '0'"
         );
     }
 
@@ -394,14 +579,15 @@ mod tests {
         assert!(err("vitess_messages,vt_ack_wait=1").contains("vitess_messages"));
         assert!(matches!(
             parse("vitess_message vt_ack_wait=30"),
-            Err(OptionsError::BadPrefix(_))
+            Err(OptionsErrors(e)) if matches!(e[..], [OptionsError::BadPrefix(_)])
         ));
         // A bare prefix is a message table with nothing set.
-        assert_eq!(err("vitess_message"), "missing required option vt_ack_wait");
-        assert_eq!(
-            err("vitess_message  "),
-            "missing required option vt_ack_wait"
-        );
+        let all_missing =
+            "missing required option vt_ack_wait; missing required option vt_purge_after; \
+             missing required option vt_batch_size; missing required option vt_cache_size; \
+             missing required option vt_poller_interval";
+        assert_eq!(err("vitess_message"), all_missing);
+        assert_eq!(err("vitess_message  "), all_missing);
     }
 
     #[test]
@@ -452,8 +638,9 @@ mod tests {
             err(&format!("{BASE}, vt_min_backoff ")),
             "option 'vt_min_backoff' has no value (expected key=value)"
         );
-        // An unknown option is reported even when a required one is also missing.
-        assert_eq!(err("vitess_message,vt_bogus=1"), "unknown option vt_bogus");
+        // An unknown option is reported, and so are the required ones missing.
+        assert!(err("vitess_message,vt_bogus=1")
+            .starts_with("unknown option vt_bogus; missing required option vt_ack_wait; "));
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub type PolledRow = (Value, i64, i64);
 /// `time_next` does not fit an `i64` (a `bigint unsigned` column past 2^63) is left out with a
 /// warning rather than converted by a panicking `FromRow`: the claim and the next polls still
 /// see it, and the server's data cannot stop the poller.
-async fn polled_rows(
+pub(super) async fn polled_rows(
     conn: &mut Conn,
     sql: &str,
     def: &MessageTable,
@@ -73,7 +73,34 @@ async fn polled_rows(
 
 /// Due rows now (in sending order, at most `cache_size`) and rows due by `horizon`. A
 /// `thorough` poll also finds sent rows whose `time_next` was set to NULL (see the module doc).
+///
+/// With `vt_group_col`, these queries read the rows without a group, and the heads of the groups
+/// are read by walking the groups from `group_cursor` on (see `groups`).
 pub async fn due_and_soon(
+    conn: &mut Conn,
+    def: &MessageTable,
+    now: i64,
+    horizon: i64,
+    thorough: bool,
+    group_cursor: &mut Option<Value>,
+) -> Result<(Vec<PolledRow>, Vec<PolledRow>), mysql_async::Error> {
+    let (mut due, mut soon) = ungrouped(conn, def, now, horizon, thorough).await?;
+    if def.group_column.is_none() {
+        return Ok((due, soon));
+    }
+    let (heads_due, heads_soon) =
+        super::groups::heads(conn, def, now, horizon, group_cursor).await?;
+    due.extend(heads_due);
+    soon.extend(heads_soon);
+    due.sort_by_key(|(_, priority, time_next)| (*priority, *time_next));
+    due.truncate(def.options.cache_size);
+    soon.sort_by_key(|(_, _, time_next)| *time_next);
+    soon.truncate(def.options.cache_size);
+    Ok((due, soon))
+}
+
+/// [`due_and_soon`] of the rows without a group (all rows without `vt_group_col`).
+async fn ungrouped(
     conn: &mut Conn,
     def: &MessageTable,
     now: i64,
@@ -126,6 +153,15 @@ pub async fn still_unacked(
     Ok(unacked)
 }
 
+/// With `vt_group_col`: ` FORCE INDEX (<the group's index>)`, for the queries that read the rows
+/// without a group (`col IS NULL`, a range at the start of that index; any other index would
+/// walk every grouped row).
+fn group_hint(def: &MessageTable) -> Option<String> {
+    def.group_index
+        .as_ref()
+        .map(|i| format!(" FORCE INDEX ({})", super::table::quote_ident(i)))
+}
+
 /// The poller's statements for a table without `priority`.
 struct UnprioritizedQueries {
     /// Due rows with a NULL `time_next` (they sort first, as 0).
@@ -146,26 +182,38 @@ fn unprioritized_queries(
     let table = def.qualified();
     let unacked = state::UNACKED_SQL;
     let limit = def.options.cache_size;
-    let hint = def
+    // With FIFO groups these queries read only the rows without a group, which the group's
+    // index finds at once (`col IS NULL`): the `time_next` index would walk every grouped row.
+    let next_index = def
         .next_index
         .as_ref()
-        .map(|i| format!(" FORCE INDEX ({})", super::table::quote_ident(&i.name)))
-        .unwrap_or_default();
-    let never_scheduled = match &def.next_index {
+        .filter(|_| def.group_column.is_none());
+    let hint = match (group_hint(def), next_index) {
+        (Some(hint), _) => hint,
+        (None, Some(i)) => format!(" FORCE INDEX ({})", super::table::quote_ident(&i.name)),
+        (None, None) => String::new(),
+    };
+    let never_scheduled = match next_index {
         Some(index) if index.then_epoch && !thorough => format!(
             "SELECT {key}, 0, 0 FROM {table}{hint} WHERE `time_next` IS NULL AND (`epoch` IS NULL OR `epoch` = 0) AND {unacked} LIMIT {limit}"
         ),
         _ => format!(
-            "SELECT {key}, 0, 0 FROM {table} WHERE `time_next` IS NULL AND {unacked} LIMIT {limit}"
+            "SELECT {key}, 0, 0 FROM {table}{gh} WHERE `time_next` IS NULL AND {unacked} LIMIT {limit}",
+            gh = group_hint(def).unwrap_or_default(),
         ),
     };
+    // FIFO groups (§11): the rows without a group here; the heads are walked apart.
+    let head = super::groups::and_ungrouped(def, &table);
     UnprioritizedQueries {
-        never_scheduled,
+        never_scheduled: never_scheduled.replace(
+            &format!(" LIMIT {limit}"),
+            &format!("{head} LIMIT {limit}"),
+        ),
         scheduled: format!(
-            "SELECT {key}, 0, `time_next` FROM {table}{hint} WHERE `time_next` <= {now} AND {unacked} ORDER BY `time_next` LIMIT {limit}"
+            "SELECT {key}, 0, `time_next` FROM {table}{hint} WHERE `time_next` <= {now} AND {unacked}{head} ORDER BY `time_next` LIMIT {limit}"
         ),
         soon: format!(
-            "SELECT {key}, 0, `time_next` FROM {table}{hint} WHERE `time_next` > {now} AND `time_next` <= {horizon} AND {unacked} ORDER BY `time_next` LIMIT {limit}"
+            "SELECT {key}, 0, `time_next` FROM {table}{hint} WHERE `time_next` > {now} AND `time_next` <= {horizon} AND {unacked}{head} ORDER BY `time_next` LIMIT {limit}"
         ),
     }
 }
@@ -179,6 +227,10 @@ async fn by_priority(
     let limit = def.options.cache_size;
     let table = def.qualified();
     let key = def.key_sql();
+    // FIFO groups (§11): the rows without a group here (through the group's index); the heads
+    // are walked apart.
+    let head = super::groups::and_ungrouped(def, &table);
+    let ghint = group_hint(def).unwrap_or_default();
     let mut due: Vec<PolledRow> = Vec::new();
     let mut soon: Vec<PolledRow> = Vec::new();
     // The two values of time_acked that mean "unacked" (see `state`), each an equality the
@@ -194,7 +246,7 @@ async fn by_priority(
             for group in groups.drain(..) {
                 if due_here < limit {
                     let sql = format!(
-                        "SELECT {key}, COALESCE(`priority`, 0), COALESCE(`time_next`, 0) FROM {table} WHERE {acked} AND {group} AND {due_cond} ORDER BY `time_next` LIMIT {n}",
+                        "SELECT {key}, COALESCE(`priority`, 0), COALESCE(`time_next`, 0) FROM {table}{ghint} WHERE {acked} AND {group} AND {due_cond}{head} ORDER BY `time_next` LIMIT {n}",
                         due_cond = state::due_sql(now),
                         n = limit - due_here,
                     );
@@ -204,7 +256,7 @@ async fn by_priority(
                 }
                 if soon_here < limit {
                     let sql = format!(
-                        "SELECT {key}, COALESCE(`priority`, 0), `time_next` FROM {table} WHERE {acked} AND {group} AND `time_next` > {now} AND `time_next` <= {horizon} ORDER BY `time_next` LIMIT {n}",
+                        "SELECT {key}, COALESCE(`priority`, 0), `time_next` FROM {table}{ghint} WHERE {acked} AND {group} AND `time_next` > {now} AND `time_next` <= {horizon}{head} ORDER BY `time_next` LIMIT {n}",
                         n = limit - soon_here,
                     );
                     let rows = polled_rows(conn, &sql, def).await?;
@@ -224,14 +276,14 @@ async fn by_priority(
                 if let Some(p) = last {
                     let above = format!("`priority` > {p}");
                     let sql = format!(
-                        "SELECT {key}, `priority`, COALESCE(`time_next`, 0) FROM {table} WHERE {acked} AND {above} AND {due_cond} ORDER BY `priority`, `time_next` LIMIT {n}",
+                        "SELECT {key}, `priority`, COALESCE(`time_next`, 0) FROM {table}{ghint} WHERE {acked} AND {above} AND {due_cond}{head} ORDER BY `priority`, `time_next` LIMIT {n}",
                         due_cond = state::due_sql(now),
                         n = limit - due_here,
                     );
                     due.extend(polled_rows(conn, &sql, def).await?);
                     if soon_here < limit {
                         let sql = format!(
-                            "SELECT {key}, `priority`, `time_next` FROM {table} WHERE {acked} AND {above} AND `time_next` > {now} AND `time_next` <= {horizon} ORDER BY `time_next` LIMIT {n}",
+                            "SELECT {key}, `priority`, `time_next` FROM {table}{ghint} WHERE {acked} AND {above} AND `time_next` > {now} AND `time_next` <= {horizon}{head} ORDER BY `time_next` LIMIT {n}",
                             n = limit - soon_here,
                         );
                         soon.extend(polled_rows(conn, &sql, def).await?);

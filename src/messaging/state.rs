@@ -15,6 +15,17 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// SQL for "the row is not acked": the negation of [`is_acked`].
 pub const UNACKED_SQL: &str = "(`time_acked` IS NULL OR `time_acked` = 0)";
 
+/// The `time_next` of a dead message (MESSAGING.md §9, `vt_max_attempts`): the bigint maximum,
+/// never due by [`is_due`], and never purged (it stays unacked).
+pub const DEAD_TIME_NEXT: i64 = i64::MAX;
+
+/// SQL for "the row is dead" (for unacked rows).
+pub const DEAD_SQL: &str = "`time_next` = 9223372036854775807";
+
+/// SQL for "the row is not dead": `NACK` and `EXTEND` leave dead rows alone (only `REDRIVE`
+/// brings them back).
+pub const NOT_DEAD_SQL: &str = "(`time_next` IS NULL OR `time_next` <> 9223372036854775807)";
+
 /// Whether a row with this `time_acked` is acked.
 pub fn is_acked(time_acked: Option<i64>) -> bool {
     !matches!(time_acked, None | Some(0))

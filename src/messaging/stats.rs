@@ -33,6 +33,14 @@ pub struct TableStats {
     purged: AtomicU64,
     /// Batches handed to a stream, each claimed in one transaction.
     claims: AtomicU64,
+    /// The work-queue statements through this proxy (MESSAGING.md §9-§10): messages given back
+    /// (`NACK`), kept longer (`EXTEND`), made due again from the dead (`REDRIVE`): their
+    /// affected rows. And messages the claims of this proxy's streams found dead
+    /// (`vt_max_attempts`), in place or moved to `vt_dead_letter`.
+    nacked: AtomicU64,
+    extended: AtomicU64,
+    redriven: AtomicU64,
+    dead_lettered: AtomicU64,
     /// Delivery latency of first deliveries: non-cumulative counts per bucket of
     /// [`LATENCY_BUCKETS`], the last slot for `+Inf`.
     latency_buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
@@ -49,6 +57,10 @@ pub struct StatsSnapshot {
     pub acked: u64,
     pub purged: u64,
     pub claims: u64,
+    pub nacked: u64,
+    pub extended: u64,
+    pub redriven: u64,
+    pub dead_lettered: u64,
     /// Cumulative counts per bucket of [`LATENCY_BUCKETS`], then `+Inf` (= the count).
     pub latency_cumulative: Vec<u64>,
     pub latency_sum_seconds: f64,
@@ -93,6 +105,26 @@ impl TableStats {
         self.purged.fetch_add(rows, Ordering::Relaxed);
     }
 
+    /// Rows given back by `NACK`.
+    pub fn record_nacked(&self, rows: u64) {
+        self.nacked.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    /// Rows kept longer by `EXTEND`.
+    pub fn record_extended(&self, rows: u64) {
+        self.extended.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    /// Dead rows made due again by `REDRIVE`.
+    pub fn record_redriven(&self, rows: u64) {
+        self.redriven.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    /// Rows a claim found dead (`vt_max_attempts`).
+    pub fn record_dead(&self, rows: u64) {
+        self.dead_lettered.fetch_add(rows, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> StatsSnapshot {
         let mut running = 0;
         let latency_cumulative = self
@@ -109,6 +141,10 @@ impl TableStats {
             acked: self.acked.load(Ordering::Relaxed),
             purged: self.purged.load(Ordering::Relaxed),
             claims: self.claims.load(Ordering::Relaxed),
+            nacked: self.nacked.load(Ordering::Relaxed),
+            extended: self.extended.load(Ordering::Relaxed),
+            redriven: self.redriven.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             latency_cumulative,
             latency_sum_seconds: self.latency_sum_us.load(Ordering::Relaxed) as f64 / 1e6,
         }
@@ -128,7 +164,8 @@ pub struct ManagerSnapshot {
     /// Rows due within the next poll interval (sent rows waiting for their ack wait, scheduled
     /// rows).
     pub scheduled: usize,
-    /// The earliest `time_next` (Unix ns) of the cached rows that have one.
+    /// When the oldest cached row became due (Unix ns): its `time_next`, or when this proxy
+    /// first saw it for a row due since it was written (`time_next` NULL or 0).
     pub oldest_due_ns: Option<i64>,
     /// Messages this proxy's streams hold sent and not yet acked, as counted for
     /// `vt_max_unacked` (0 without it).

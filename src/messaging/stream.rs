@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 use super::backoff;
 use super::cache::Entry;
 use super::claim_budget::ClaimBudget;
-use super::manager::Subscription;
+use super::manager::{DueWatch, Subscription};
 use super::state;
 use super::table::MessageTable;
 use crate::backend::{Backend, BackendError, QueryOutcome};
@@ -41,6 +41,27 @@ const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
 /// claimed: they stay due and are offered again at once. One row is always claimed, however
 /// large, so a stream's memory stays within this plus one message.
 const CLAIM_BYTES: usize = 16 << 20;
+
+/// Where a stream's messages come from.
+pub enum Feed {
+    /// Batches the manager hands out (`STREAM` without a condition).
+    Batches(Subscription),
+    /// Rows the stream finds itself, matching `condition` (MESSAGING.md §12), when `watch` says
+    /// rows may have become due.
+    Filtered { watch: DueWatch, condition: String },
+}
+
+impl Feed {
+    fn manager(&self) -> &std::sync::Arc<super::manager::TableManager> {
+        match self {
+            Feed::Batches(s) => s.manager(),
+            Feed::Filtered { watch, .. } => watch.manager(),
+        }
+    }
+}
+
+#[path = "stream_filter.rs"]
+mod filter;
 
 /// How a stream ended.
 pub enum StreamEnd {
@@ -86,22 +107,41 @@ enum BatchError {
 
 /// Serves a `STREAM` until the client leaves or the proxy stops. `first_seq` is the sequence id
 /// after the client's last packet of the statement (1, unless it took more than one packet).
+#[allow(clippy::too_many_arguments)]
 pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut PacketReader<S>,
     backend: &mut Backend,
     first_seq: u8,
     deprecate_eof: bool,
-    subscription: Subscription,
+    feed: Feed,
+    columns: Option<Vec<String>>,
     shutdown: &CancellationToken,
     interrupted: &CancellationToken,
 ) -> StreamEnd {
-    let def = subscription.manager().definition();
+    let manager = feed.manager().clone();
+    let mut def = (*manager.definition()).clone();
+    if let Some(columns) = columns {
+        def.stream_columns = columns;
+    }
+    let def = def;
+    let condition = match &feed {
+        Feed::Batches(_) => None,
+        Feed::Filtered { condition, .. } => Some(condition.clone()),
+    };
+    let (mut subscription, mut watch) = match feed {
+        Feed::Batches(s) => (Some(s), None),
+        Feed::Filtered { watch, .. } => (None, Some(watch)),
+    };
     let keepalive_every = keepalive_interval(backend, deprecate_eof).await;
-    // Column definitions first, at once, even when nothing is due.
+    // Column definitions first, at once, even when nothing is due. A condition the server
+    // rejects ends the STREAM here, with the server's own error.
     let sql = format!(
-        "SELECT {} FROM {} LIMIT 0",
+        "SELECT {} FROM {}{} LIMIT 0",
         def.select_list(),
-        def.qualified()
+        def.qualified(),
+        condition
+            .as_deref()
+            .map_or(String::new(), filter::where_clause),
     );
     let (columns, mut status) = match backend.query(&sql, deprecate_eof).await {
         Ok(QueryOutcome::ResultSet {
@@ -143,7 +183,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         debug!("stream client left before the column definitions: {e}");
         return StreamEnd::Closed;
     }
-    let mut subscription = subscription;
+    let mut next_find = tokio::time::Instant::now();
+    let mut last_find = next_find;
     let mut keepalive = tokio::time::interval(keepalive_every);
     keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     keepalive.tick().await;
@@ -196,8 +237,58 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     return StreamEnd::BackendLost(e, seq);
                 }
             }
-            batch = subscription.batches.recv() => {
+            woke = filter::due_or_time(watch.as_mut(), next_find) => {
                 keepalive.reset();
+                let (Some(watch), Some(condition)) = (&watch, &condition) else { continue };
+                if !woke {
+                    let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
+                    return end_with(client, seq, &err.encode(true)).await;
+                }
+                // Not more often than every FIND_GAP: under a storm of changes one query
+                // serves many.
+                tokio::time::sleep_until(last_find + filter::FIND_GAP).await;
+                last_find = tokio::time::Instant::now();
+                let mut current = (*watch.manager().definition()).clone();
+                current.stream_columns = def.stream_columns.clone();
+                let interval = current.options.poller_interval;
+                next_find = last_find + interval;
+                let batch = match filter::find(backend, deprecate_eof, &current, condition).await {
+                    Ok(batch) => batch,
+                    Err(BatchError::Transient) => continue,
+                    Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),
+                    Err(BatchError::Fatal(err)) => return end_with(client, seq, &err).await,
+                };
+                if batch.is_empty() {
+                    continue;
+                }
+                let claimed = claim_batch(backend, deprecate_eof, &current, &columns, &batch, &mut seq, Some(condition)).await;
+                let ClaimedBatch { packets: rows, delivered, dead, .. } = match claimed {
+                    Ok(claimed) => claimed,
+                    Err(BatchError::Transient) => continue,
+                    Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),
+                    Err(BatchError::Fatal(err)) => return end_with(client, seq, &err).await,
+                };
+                let stats = watch.manager().stats();
+                stats.record_claim();
+                stats.record_dead(dead.len() as u64);
+                if batch.len() >= current.options.batch_size {
+                    // A full batch: more may match now.
+                    next_find = tokio::time::Instant::now();
+                }
+                if !rows.is_empty() {
+                    if let Err(e) = write_all(client, &rows).await {
+                        debug!("stream client left: {e}");
+                        return StreamEnd::Closed;
+                    }
+                }
+                let now = state::now_ns();
+                for (epoch, due) in delivered {
+                    stats.record_sent(epoch, due, now);
+                }
+            }
+            batch = filter::next_batch(subscription.as_mut()) => {
+                keepalive.reset();
+                let Some(subscription) = subscription.as_ref() else { continue };
                 let Some(batch) = batch else {
                     let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
                     return end_with(client, seq, &err.encode(true)).await;
@@ -208,7 +299,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut current = (*subscription.manager().definition()).clone();
                 current.stream_columns = def.stream_columns.clone();
                 let def = current;
-                let ClaimedBatch { packets: rows, sent, delivered, left_out } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut seq).await {
+                let ClaimedBatch { packets: rows, sent, delivered, left_out, dead, blocked } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut seq, None).await {
                     Ok(claimed) => claimed,
                     Err(e) => {
                         subscription.batch_done(&batch, Vec::new());
@@ -224,7 +315,13 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 // that stops reading blocks the write for as long as it stays connected, and its
                 // rows must come back to the other streams when their time_next passes (the
                 // stream itself stays busy, so it is offered nothing more meanwhile).
-                subscription.batch_claimed(&batch, sent, &left_out);
+                if !dead.is_empty() {
+                    subscription.manager().stats().record_dead(dead.len() as u64);
+                }
+                // Neither dead nor blocked rows are offered again until the binlog or a poll
+                // says they are due (a blocked one: when its group's head is done).
+                let gone: Vec<Box<[u8]>> = dead.into_iter().chain(blocked).collect();
+                subscription.batch_claimed(&batch, sent, &left_out, &gone);
                 let written = if rows.is_empty() { Ok(()) } else { write_all(client, &rows).await };
                 subscription.ready();
                 if let Err(e) = written {
@@ -282,12 +379,21 @@ async fn claim_batch(
     columns: &[BytesMut],
     batch: &[Entry],
     seq: &mut u8,
+    condition: Option<&str>,
 ) -> Result<ClaimedBatch, BatchError> {
     let keys: Vec<&[u8]> = batch.iter().map(|e| &e.key[..]).collect();
-    let (claimed, left_out) = claim(backend, deprecate_eof, def, columns, &keys).await?;
+    let Claim {
+        claimed,
+        left_out,
+        dead,
+        blocked,
+    } = claim(backend, deprecate_eof, def, columns, &keys, condition).await?;
+    let blocked: Vec<Box<[u8]>> = blocked.into_iter().collect();
     if claimed.is_empty() {
         return Ok(ClaimedBatch {
             left_out,
+            dead,
+            blocked,
             ..ClaimedBatch::default()
         });
     }
@@ -312,6 +418,8 @@ async fn claim_batch(
         sent,
         delivered,
         left_out,
+        dead,
+        blocked,
     })
 }
 
@@ -326,6 +434,10 @@ struct ClaimedBatch {
     delivered: Vec<(i64, i64)>,
     /// The keys of rows left unclaimed for [`CLAIM_BYTES`]: still due.
     left_out: Vec<Box<[u8]>>,
+    /// The keys of rows the claim found dead and buried.
+    dead: Vec<Box<[u8]>>,
+    /// The keys of rows not the heads of their FIFO groups.
+    blocked: Vec<Box<[u8]>>,
 }
 
 /// A claimed row.
@@ -342,21 +454,26 @@ struct Claimed {
 }
 
 /// The claim transaction of the rows with `keys`, for a stream that sent its client `columns`.
-/// Also returns the keys of rows left unclaimed for [`CLAIM_BYTES`].
 async fn claim(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
     columns: &[BytesMut],
     keys: &[&[u8]],
-) -> Result<(Vec<Claimed>, Vec<Box<[u8]>>), BatchError> {
+    condition: Option<&str>,
+) -> Result<Claim, BatchError> {
     let now = state::now_ns();
     let stream_columns = def.stream_columns.len();
     let Some(ids) = def.ids_sql(keys.iter().copied()) else {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(Claim {
+            claimed: Vec::new(),
+            left_out: Vec::new(),
+            dead: Vec::new(),
+            blocked: Default::default(),
+        });
     };
     let select = format!(
-        "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE {ids} AND {unacked} AND {due} LIMIT {limit} FOR UPDATE SKIP LOCKED",
+        "SELECT {cols}, {key}, COALESCE(`epoch`, 0) FROM {table} WHERE {ids} AND {unacked} AND {due}{filter} LIMIT {limit} FOR UPDATE SKIP LOCKED",
         cols = def.select_list(),
         key = def.key_sql(),
         table = def.by_primary_key(),
@@ -365,6 +482,9 @@ async fn claim(
         limit = keys.len(),
         unacked = state::UNACKED_SQL,
         due = state::due_sql(now),
+        // A stream's condition (§12) is checked again: the row may have changed since it was
+        // found.
+        filter = condition.map_or(String::new(), filter::and_condition),
     );
     // START TRANSACTION and the locking SELECT go out together (one round trip); both answers
     // are read before either is looked at, so the connection stays in step whatever failed.
@@ -426,10 +546,26 @@ async fn claim(
         QueryOutcome::Err(err) => return Err(rollback_after(backend, deprecate_eof, err).await),
         QueryOutcome::Ok { .. } => return Err(BatchError::Backend(BackendError::Protocol)),
     };
-    let (rows, left_out) = budget.finish();
+    let (mut rows, left_out) = budget.finish();
+    // FIFO groups (§11): what the SELECT locked that is not the head of its group (the one
+    // before it is still out, or was claimed by another proxy meanwhile) is released unclaimed.
+    let blocked = blocked_rows(backend, deprecate_eof, def, &rows).await?;
+    if !blocked.is_empty() {
+        rows.retain(|(_, key, _)| !blocked.contains(key));
+    }
     let mut claimed = Vec::with_capacity(rows.len());
+    let mut dead = Vec::new();
     let mut cases = String::new();
     for (place, key, (row, epoch)) in rows {
+        // Sent `vt_max_attempts` times and due again: its last ack wait passed without an ack.
+        if def
+            .options
+            .max_attempts
+            .is_some_and(|max| epoch >= i64::try_from(max).unwrap_or(i64::MAX))
+        {
+            dead.push(key);
+            continue;
+        }
         let Some(literal) = def.id_literal(&key) else {
             warn!(
                 "{}: cannot form a literal for id key {:?}; skipping the row",
@@ -449,14 +585,40 @@ async fn claim(
         });
     }
     let claimed_ids = def.ids_sql(claimed.iter().map(|c| &c.key[..]));
-    let Some(claimed_ids) = claimed_ids else {
+    let update = claimed_ids.map(|claimed_ids| {
+        format!(
+            "UPDATE {table} SET `epoch` = {EPOCH_PLUS_ONE}, `time_next` = CASE `id`{cases} END WHERE {claimed_ids}",
+            table = def.by_primary_key(),
+        )
+    });
+    let dead_ids = def.ids_sql(dead.iter().map(|k| &k[..]));
+    if let Some(dead_ids) = dead_ids {
+        // Rare (once per message at most), so one statement a round trip: a statement that
+        // fails rolls the transaction back before the next is sent, and nothing after it runs
+        // outside the claim's transaction.
+        if let Some(update) = &update {
+            exec(backend, deprecate_eof, update).await?;
+        }
+        for statement in super::dead_letter::bury(def, &dead_ids, now) {
+            exec(backend, deprecate_eof, &statement).await?;
+        }
         exec(backend, deprecate_eof, COMMIT).await?;
-        return Ok((claimed, left_out));
+        return Ok(Claim {
+            claimed,
+            left_out,
+            dead,
+            blocked,
+        });
+    }
+    let Some(update) = update else {
+        exec(backend, deprecate_eof, COMMIT).await?;
+        return Ok(Claim {
+            claimed,
+            left_out,
+            dead,
+            blocked,
+        });
     };
-    let update = format!(
-        "UPDATE {table} SET `epoch` = {EPOCH_PLUS_ONE}, `time_next` = CASE `id`{cases} END WHERE {claimed_ids}",
-        table = def.by_primary_key(),
-    );
     // The UPDATE and COMMIT go out together too. If the UPDATE fails, the COMMIT that follows
     // it commits nothing: the failed statement was undone (or, on a deadlock, the whole
     // transaction), and the SELECT before it changed nothing. Either way nothing is claimed.
@@ -464,7 +626,61 @@ async fn claim(
         pipeline(backend, deprecate_eof, (&update, COMMIT), 0, &mut |_| {}).await?;
     expect_ok(backend, deprecate_eof, updated).await?;
     expect_ok(backend, deprecate_eof, committed).await?;
-    Ok((claimed, left_out))
+    Ok(Claim {
+        claimed,
+        left_out,
+        dead,
+        blocked,
+    })
+}
+
+/// With `vt_group_col`: the keys of `rows` (locked by the claim) that are not the heads of
+/// their groups, by a plain read after the locks were taken (see `groups`).
+async fn blocked_rows<R>(
+    backend: &mut Backend,
+    deprecate_eof: bool,
+    def: &MessageTable,
+    rows: &[(usize, Box<[u8]>, R)],
+) -> Result<std::collections::HashSet<Box<[u8]>>, BatchError> {
+    let mut blocked = std::collections::HashSet::new();
+    let Some(ids) = def.ids_sql(rows.iter().map(|(_, key, _)| &key[..])) else {
+        return Ok(blocked);
+    };
+    let Some(sql) = super::groups::blocked_sql(def, &ids) else {
+        return Ok(blocked);
+    };
+    let mut keep = |row: BytesMut| {
+        if let Some(values) = wire::text_row_values(&row) {
+            if let [Some(key)] = values[..] {
+                blocked.insert(Box::from(key));
+            }
+        }
+    };
+    backend
+        .send_queries(&[&sql])
+        .await
+        .map_err(BatchError::Backend)?;
+    let outcome = backend
+        .read_outcome_with(deprecate_eof, rows.len(), &mut keep)
+        .await
+        .map_err(BatchError::Backend)?;
+    match outcome {
+        QueryOutcome::ResultSet { .. } => Ok(blocked),
+        QueryOutcome::Err(err) => Err(rollback_after(backend, deprecate_eof, err).await),
+        QueryOutcome::Ok { .. } => Err(BatchError::Backend(BackendError::Protocol)),
+    }
+}
+
+/// What one claim transaction did.
+struct Claim {
+    /// The rows claimed, to send.
+    claimed: Vec<Claimed>,
+    /// The keys of rows left unclaimed for [`CLAIM_BYTES`]: still due.
+    left_out: Vec<Box<[u8]>>,
+    /// The keys of rows found dead (`vt_max_attempts`) and buried: never to be sent again.
+    dead: Vec<Box<[u8]>>,
+    /// The keys of rows not the heads of their FIFO groups: due again when the head is done.
+    blocked: std::collections::HashSet<Box<[u8]>>,
 }
 
 /// A row of the claim's SELECT (the stream columns, the id key, the epoch), read once: its key,

@@ -79,6 +79,18 @@ pub struct MessageTable {
     /// An index whose first column is `time_next` (the RFC's `next_idx(time_next, epoch)`), if
     /// the table has one: the poller names it (see `poll`). Set by the engine after `validate`.
     pub next_index: Option<NextIndex>,
+    /// The user columns (every column without a fixed role), in table order: what a dead
+    /// message carries to the dead-letter table with its id.
+    pub user_columns: Vec<String>,
+    /// The `vt_dead_letter` table, checked. Set by the engine after `validate`
+    /// ([`MessageTable::attach_dead_letter`]).
+    pub dead_letter: Option<super::dead_letter::DeadLetter>,
+    /// The `vt_group_col` column as the table spells it (FIFO groups, MESSAGING.md §11). The
+    /// engine checks its index after `validate` ([`MessageTable::check_group_index`]).
+    pub group_column: Option<String>,
+    /// The index that starts with the group column (set by
+    /// [`MessageTable::check_group_index`]): the poller names it.
+    pub group_index: Option<String>,
 }
 
 /// An index that starts with `time_next`.
@@ -118,14 +130,30 @@ impl NextIndex {
     }
 }
 
-/// Why a table is not a usable message table. Displays as "message table `s`.`t`: what is wrong".
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("message table {table}: {problem}")]
+/// Why a table is not a usable message table. Displays as "message table `s`.`t`: what is wrong;
+/// what else is wrong": every problem found, so the table is fixed in one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableError {
     /// The table, quoted: `` `schema`.`name` ``.
     pub table: String,
-    pub problem: TableProblem,
+    /// Never empty.
+    pub problems: Vec<TableProblem>,
 }
+
+impl std::fmt::Display for TableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "message table {}: ", self.table)?;
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for TableError {}
 
 /// What is wrong with a message table.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,6 +181,18 @@ pub enum TableProblem {
     NoSuchStreamColumn(String),
     #[error("vt_message_cols must start with id")]
     StreamColumnsStart,
+    #[error("{0}")]
+    DeadLetter(String),
+    #[error("vt_group_col names a column that does not exist: {0}")]
+    NoSuchGroupColumn(String),
+    #[error("vt_group_col cannot be {0}, a column msgproxy manages; use a column of your own")]
+    GroupColumnReserved(String),
+    #[error(
+        "vt_group_col={column} needs an index whose first column is {column}, then id, so that a \
+         group's next message is found without a scan: ALTER TABLE {table} ADD INDEX \
+         {column}_fifo ({column}, id)"
+    )]
+    NoGroupIndex { column: String, table: String },
 }
 
 /// Columns with a fixed role; everything else is a user column. `time_created` and `time_scheduled` are the old
@@ -186,49 +226,65 @@ pub fn from_comment(
     match parse_comment(comment) {
         Ok(None) => Ok(None),
         Ok(Some(options)) => validate(schema, name, options, columns).map(Some),
-        Err(e) => Err(TableError {
-            table: qualify(schema, name),
-            problem: e.into(),
-        }),
+        Err(e) => Err(broken_options(schema, name, e, columns)),
     }
 }
 
-/// Checks a message table's columns against MESSAGING.md §1 and works out what a stream carries.
-pub fn validate(
+/// The error of a table whose options are wrong: those problems, then what is wrong with its
+/// columns (as far as they can be checked without its options).
+pub fn broken_options(
     schema: &str,
     name: &str,
-    options: MessageOptions,
+    errors: super::options::OptionsErrors,
     columns: &[ColumnInfo],
-) -> Result<MessageTable, TableError> {
-    let fail = |problem: TableProblem| TableError {
+) -> TableError {
+    let mut problems: Vec<TableProblem> = errors.0.into_iter().map(TableProblem::from).collect();
+    problems.extend(column_problems(columns).err().unwrap_or_default());
+    TableError {
         table: qualify(schema, name),
-        problem,
-    };
+        problems,
+    }
+}
+
+/// What [`column_problems`] finds out about a table that has none.
+struct Columns<'a> {
+    id: &'a ColumnInfo,
+    id_kind: IdKind,
+    has_priority: bool,
+}
+
+/// Checks the columns MESSAGING.md §1 requires, whatever the options: every problem found.
+fn column_problems(columns: &[ColumnInfo]) -> Result<Columns<'_>, Vec<TableProblem>> {
+    let mut problems = Vec::new();
     // MySQL column names are case-insensitive; compare that way, keep the table's spelling.
     let find = |wanted: &str| columns.iter().find(|c| same_name(&c.name, wanted));
-
     let mut required = Vec::new();
     for col in ["id", "time_next", "epoch", "time_acked"] {
-        required.push(find(col).ok_or_else(|| fail(TableProblem::MissingColumn(col)))?);
+        match find(col) {
+            Some(c) => required.push(Some(c)),
+            None => {
+                problems.push(TableProblem::MissingColumn(col));
+                required.push(None);
+            }
+        }
     }
-    let id = required[0];
     // Times are nanoseconds and need 64 bits; epoch is incremented on every send, and a narrower column
     // would fail the claim once it overflows — the contract asks for bigint.
-    for col in &required[1..] {
+    for col in required[1..].iter().flatten() {
         if col.data_type != "bigint" {
-            return Err(fail(TableProblem::NotBigint {
+            problems.push(TableProblem::NotBigint {
                 column: col.name.clone(),
                 data_type: col.data_type.clone(),
-            }));
+            });
         }
     }
     let priority = find("priority");
     if let Some(p) = priority {
         if !INTEGER_TYPES.contains(&p.data_type.as_str()) {
-            return Err(fail(TableProblem::NotInteger {
+            problems.push(TableProblem::NotInteger {
                 column: p.name.clone(),
                 data_type: p.data_type.clone(),
-            }));
+            });
         }
     }
 
@@ -238,19 +294,53 @@ pub fn validate(
         .map(|c| c.name.as_str())
         .collect();
     match pk.as_slice() {
-        [] => return Err(fail(TableProblem::NoPrimaryKey)),
+        [] => problems.push(TableProblem::NoPrimaryKey),
         [only] if same_name(only, "id") => {}
-        _ => return Err(fail(TableProblem::PrimaryKey(pk.join(", ")))),
+        _ => problems.push(TableProblem::PrimaryKey(pk.join(", "))),
     }
 
-    let id_kind =
-        id_kind(id).map_err(|why| fail(TableProblem::UnsupportedId(id.data_type.clone(), why)))?;
-    if id.set_on_update {
-        return Err(fail(TableProblem::IdChangesOnUpdate));
+    let mut id_kind_found = None;
+    if let Some(id) = required[0] {
+        match id_kind(id) {
+            Ok(kind) => id_kind_found = Some(kind),
+            Err(why) => problems.push(TableProblem::UnsupportedId(id.data_type.clone(), why)),
+        }
+        if id.set_on_update {
+            problems.push(TableProblem::IdChangesOnUpdate);
+        }
     }
+    match (required[0], id_kind_found) {
+        (Some(id), Some(id_kind)) if problems.is_empty() => Ok(Columns {
+            id,
+            id_kind,
+            has_priority: priority.is_some(),
+        }),
+        _ => Err(problems),
+    }
+}
 
-    let stream_columns = match &options.message_cols {
-        None => std::iter::once(id)
+/// Checks a message table's columns against MESSAGING.md §1 and works out what a stream carries.
+/// Reports every problem found.
+pub fn validate(
+    schema: &str,
+    name: &str,
+    options: MessageOptions,
+    columns: &[ColumnInfo],
+) -> Result<MessageTable, TableError> {
+    let fail = |problems: Vec<TableProblem>| TableError {
+        table: qualify(schema, name),
+        problems,
+    };
+    let find = |wanted: &str| columns.iter().find(|c| same_name(&c.name, wanted));
+    let checked = column_problems(columns);
+    let mut problems = checked.as_ref().err().cloned().unwrap_or_default();
+
+    let stream_columns: Vec<String> = match &options.message_cols {
+        None => checked
+            .as_ref()
+            .ok()
+            .map(|c| c.id)
+            .into_iter()
             .chain(
                 columns
                     .iter()
@@ -262,26 +352,51 @@ pub fn validate(
             // Any existing column may be streamed (as in Vitess), as long as the list starts with id.
             let mut cols = Vec::with_capacity(wanted.len());
             for w in wanted {
-                let col =
-                    find(w).ok_or_else(|| fail(TableProblem::NoSuchStreamColumn(w.clone())))?;
-                cols.push(col.name.clone());
+                match find(w) {
+                    Some(col) => cols.push(col.name.clone()),
+                    None => problems.push(TableProblem::NoSuchStreamColumn(w.clone())),
+                }
             }
-            if !cols.first().is_some_and(|c| same_name(c, "id")) {
-                return Err(fail(TableProblem::StreamColumnsStart));
+            if find("id").is_some() && !cols.first().is_some_and(|c| same_name(c, "id")) {
+                problems.push(TableProblem::StreamColumnsStart);
             }
             cols
         }
     };
-
-    Ok(MessageTable {
-        schema: schema.to_string(),
-        name: name.to_string(),
-        options,
-        stream_columns,
-        has_priority: priority.is_some(),
-        id_kind,
-        next_index: None,
-    })
+    let group_column = match &options.group_col {
+        None => None,
+        Some(wanted) => match find(wanted) {
+            None => {
+                problems.push(TableProblem::NoSuchGroupColumn(wanted.clone()));
+                None
+            }
+            Some(col) if SPECIAL.iter().any(|s| same_name(&col.name, s)) => {
+                problems.push(TableProblem::GroupColumnReserved(col.name.clone()));
+                None
+            }
+            Some(col) => Some(col.name.clone()),
+        },
+    };
+    match checked {
+        Ok(c) if problems.is_empty() => Ok(MessageTable {
+            schema: schema.to_string(),
+            name: name.to_string(),
+            options,
+            stream_columns,
+            has_priority: c.has_priority,
+            id_kind: c.id_kind,
+            next_index: None,
+            user_columns: columns
+                .iter()
+                .filter(|c| !SPECIAL.iter().any(|s| same_name(&c.name, s)))
+                .map(|c| c.name.clone())
+                .collect(),
+            dead_letter: None,
+            group_column,
+            group_index: None,
+        }),
+        _ => Err(fail(problems)),
+    }
 }
 
 /// How the id column maps to a key, or why it cannot be used.
@@ -339,6 +454,67 @@ pub fn quote_ident(name: &str) -> String {
 }
 
 impl MessageTable {
+    /// Checks the `vt_dead_letter` table named in the options, given its columns (`None`: it
+    /// does not exist), and keeps it. Without the option, the table as it is.
+    pub fn attach_dead_letter(
+        mut self,
+        columns: Option<&[String]>,
+    ) -> Result<MessageTable, TableError> {
+        let Some(name) = self.options.dead_letter.clone() else {
+            return Ok(self);
+        };
+        match super::dead_letter::DeadLetter::check(&self, &name, columns) {
+            Ok(dl) => {
+                self.dead_letter = Some(dl);
+                Ok(self)
+            }
+            Err(problems) => Err(TableError {
+                table: self.qualified(),
+                problems: problems.into_iter().map(TableProblem::DeadLetter).collect(),
+            }),
+        }
+    }
+
+    /// With `vt_group_col`: checks that one of the table's indexes, given as `(index name,
+    /// position from 1, column)` triples, starts with the group column and then `id` (or has
+    /// nothing after it: InnoDB's secondary indexes end with the primary key anyway).
+    pub fn check_group_index<'a>(
+        mut self,
+        indexes: impl IntoIterator<Item = (&'a str, u32, &'a str)>,
+    ) -> Result<MessageTable, TableError> {
+        let Some(group) = &self.group_column else {
+            return Ok(self);
+        };
+        let mut by_index: std::collections::BTreeMap<&str, Vec<(u32, &str)>> = Default::default();
+        for (index, position, column) in indexes {
+            by_index.entry(index).or_default().push((position, column));
+        }
+        for cols in by_index.values_mut() {
+            cols.sort();
+        }
+        let fits = by_index.iter().find(|(_, cols)| {
+            let first = cols
+                .first()
+                .is_some_and(|c| c.0 == 1 && same_name(c.1, group));
+            let then = match cols.get(1) {
+                None => true,
+                Some(c) => c.0 == 2 && same_name(c.1, self.id_column()),
+            };
+            first && then
+        });
+        if let Some((name, _)) = fits {
+            self.group_index = Some(name.to_string());
+            return Ok(self);
+        }
+        Err(TableError {
+            table: self.qualified(),
+            problems: vec![TableProblem::NoGroupIndex {
+                column: group.clone(),
+                table: self.qualified(),
+            }],
+        })
+    }
+
     /// `` `schema`.`name` ``.
     pub fn qualified(&self) -> String {
         qualify(&self.schema, &self.name)

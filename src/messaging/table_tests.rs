@@ -62,6 +62,9 @@ fn opts() -> MessageOptions {
         max_backoff: None,
         message_cols: None,
         max_unacked: None,
+        max_attempts: None,
+        dead_letter: None,
+        group_col: None,
     }
 }
 
@@ -138,11 +141,24 @@ fn from_comment_combines_both_steps() {
     let e = from_comment("test", "m", "vitess_message,vt_ack_wait=30", &rfc()).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "message table `test`.`m`: missing required option vt_purge_after"
+        "message table `test`.`m`: missing required option vt_purge_after; missing required option \
+         vt_batch_size; missing required option vt_cache_size; missing required option vt_poller_interval"
     );
+    // Wrong options and wrong columns, all at once.
+    let e = from_comment("test", "m", "vitess_message,vt_ack_wait=x", &[]).unwrap_err();
+    let text = e.to_string();
+    for problem in [
+        "vt_ack_wait must be a number of seconds",
+        "missing required option vt_poller_interval",
+        "missing required column id",
+        "missing required column time_acked",
+        "the table has none",
+    ] {
+        assert!(text.contains(problem), "{problem}: {text}");
+    }
     assert!(matches!(
-        e.problem,
-        TableProblem::Options(OptionsError::Missing(_))
+        e.problems[..],
+        [TableProblem::Options(OptionsError::Missing(_)), ..]
     ));
 }
 
@@ -153,9 +169,14 @@ fn missing_required_columns() {
         if missing == "id" {
             cols.push(pk(col("other", "bigint")));
         }
+        let also = if missing == "id" {
+            "; the primary key must be exactly (id), not (other)"
+        } else {
+            ""
+        };
         assert_eq!(
             err(&cols, opts()),
-            format!("message table `test`.`m`: missing required column {missing}")
+            format!("message table `test`.`m`: missing required column {missing}{also}")
         );
     }
 }
@@ -475,7 +496,12 @@ fn quoting() {
     assert_eq!(t.qualified(), "`my db`.`m``q`");
     assert_eq!(t.select_list(), "`id`, `message`, `we``ird col`");
     let e = err(&[], opts());
-    assert_eq!(e, "message table `test`.`m`: missing required column id");
+    assert_eq!(
+        e,
+        "message table `test`.`m`: missing required column id; missing required column time_next; \
+         missing required column epoch; missing required column time_acked; the primary key must be \
+         exactly (id), but the table has none"
+    );
 }
 
 #[test]

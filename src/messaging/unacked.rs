@@ -40,6 +40,19 @@ impl Unacked {
         }
     }
 
+    /// `key`, if held, now waits for its ack until `deadline` (`EXTEND`, or its own claim's
+    /// update seen in the binlog).
+    pub(super) fn extend(&mut self, key: &[u8], deadline: i64) {
+        if let Some((_, old)) = self.by_key.get_mut(key) {
+            if *old != deadline {
+                let was = std::mem::replace(old, deadline);
+                let key: Box<[u8]> = Box::from(key);
+                self.by_deadline.remove(&(was, key.clone()));
+                self.by_deadline.insert((deadline, key));
+            }
+        }
+    }
+
     /// Lets go of the messages whose ack wait has passed by `now`.
     pub(super) fn expire(&mut self, now: i64) {
         while let Some((deadline, _)) = self.by_deadline.first() {

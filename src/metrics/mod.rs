@@ -408,7 +408,7 @@ impl Registry {
              "Open STREAMs on the table through this proxy.",
              |r, _| r.state.subscribers.into()),
             ("msgproxy_message_oldest_due_age_seconds", Kind::Gauge,
-             "Seconds since the oldest due message in the proxy's cache became due (0 when none waits); rows with a NULL time_next are not aged.",
+             "Seconds since the oldest due message in the proxy's cache became due (0 when none waits); a row with a NULL or 0 time_next (due since it was written) is aged from when this proxy first saw it.",
              |r, now| r.state.oldest_due_age_seconds(now).into()),
             ("msgproxy_message_sent_total", Kind::Counter,
              "Messages claimed and written to a stream by this proxy (first deliveries and redeliveries).",
@@ -425,6 +425,18 @@ impl Registry {
             ("msgproxy_message_claims_total", Kind::Counter,
              "Batches handed to this proxy's streams, each claimed in one transaction (a durable commit on the server); msgproxy_message_sent_total / msgproxy_message_claims_total is the messages a claim carries.",
              |r, _| r.stats.claims.into()),
+            ("msgproxy_message_nacked_total", Kind::Counter,
+             "Messages given back through this proxy with NACK (affected rows).",
+             |r, _| r.stats.nacked.into()),
+            ("msgproxy_message_extended_total", Kind::Counter,
+             "Messages kept longer through this proxy with EXTEND (affected rows).",
+             |r, _| r.stats.extended.into()),
+            ("msgproxy_message_redriven_total", Kind::Counter,
+             "Dead messages made due again through this proxy with REDRIVE (affected rows).",
+             |r, _| r.stats.redriven.into()),
+            ("msgproxy_message_dead_lettered_total", Kind::Counter,
+             "Messages this proxy's claims found sent vt_max_attempts times without an ack: marked dead in place, or moved to vt_dead_letter.",
+             |r, _| r.stats.dead_lettered.into()),
         ];
         for (name, kind, help, field) in families {
             e.family(name, *kind, help);

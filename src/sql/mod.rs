@@ -20,7 +20,9 @@
 //! - `reserved.rs` — the words MariaDB refuses as an unquoted table name;
 //! - `set_statement.rs` — the statement inside `SET STATEMENT var = value FOR statement` (Connector/J's query
 //!   timeouts), which decides what the proxy does with the whole;
-//! - `statements.rs` — [`VirtualStatement`], [`parse_virtual`] and its MariaDB-worded [`SyntaxError`].
+//! - `statements.rs` — [`VirtualStatement`], [`parse_virtual`] and its MariaDB-worded [`SyntaxError`]
+//!   (which says how msgproxy's own statements are written);
+//! - `work_queue.rs` — the work-queue statements `NACK`, `EXTEND`, `REDRIVE` (MESSAGING.md §9-§10);
 //! - `stream_statements.rs`, `stream_filter.rs` — the event-stream statements (`STREAM ... GROUP`, `ACK ...
 //!   GROUP`, `SEEK`, `DROP GROUP`, `SHOW STREAM GROUPS`, docs/STREAMS.md) and a group's `WHERE` filter.
 //! - `property_tests.rs` (tests only) — fixed-seed properties across the classifier, the parser and `rewrite`:
@@ -48,7 +50,7 @@ pub use prepare::prepared_text;
 pub use rewrite::{rewrite, socket_literal};
 pub use set_statement::set_statement_body;
 pub use statements::{
-    parse_virtual, parse_virtual_in, AckId, SyntaxError, TableName, VirtualStatement,
+    parse_virtual, parse_virtual_in, AckId, Seconds, SyntaxError, TableName, VirtualStatement,
 };
 pub use stream_filter::{Filter, Literal};
 pub use stream_statements::{
@@ -100,6 +102,9 @@ pub enum Keyword {
     Stream,
     Ack,
     Seek,
+    Nack,
+    Extend,
+    Redrive,
     Other,
 }
 
@@ -137,6 +142,9 @@ pub static KEYWORDS: &[(&str, Keyword)] = &[
     ("stream", Keyword::Stream),
     ("ack", Keyword::Ack),
     ("seek", Keyword::Seek),
+    ("nack", Keyword::Nack),
+    ("extend", Keyword::Extend),
+    ("redrive", Keyword::Redrive),
 ];
 
 /// The longest name in [`KEYWORDS`]; longer words are not looked up at all.
@@ -203,8 +211,13 @@ impl std::str::FromStr for Keyword {
 /// `STREAM` and `ACK` are not MariaDB statements, so the proxy takes every statement that starts with them,
 /// malformed ones included: those get a MariaDB-worded syntax error from [`parse_virtual`]. (MariaDB has no
 /// top-level labels, so `stream: BEGIN NOT ATOMIC ... END` is not valid SQL that this would steal.)
+///
+/// `NACK`, `EXTEND` and `REDRIVE` (MESSAGING.md §9-§10) are not MariaDB statements either.
 pub const fn is_virtual(keyword: Keyword) -> bool {
-    matches!(keyword, Keyword::Stream | Keyword::Ack)
+    matches!(
+        keyword,
+        Keyword::Stream | Keyword::Ack | Keyword::Nack | Keyword::Extend | Keyword::Redrive
+    )
 }
 
 /// The action for a statement whose first keyword is `keyword`: the single place where interception is
@@ -268,11 +281,18 @@ mod tests {
     }
 
     #[test]
-    fn only_stream_and_ack_are_always_virtual() {
+    fn only_msgproxys_own_statements_are_always_virtual() {
         for &(_, keyword) in KEYWORDS {
             assert_eq!(
                 is_virtual(keyword),
-                matches!(keyword, Keyword::Stream | Keyword::Ack),
+                matches!(
+                    keyword,
+                    Keyword::Stream
+                        | Keyword::Ack
+                        | Keyword::Nack
+                        | Keyword::Extend
+                        | Keyword::Redrive
+                ),
                 "{keyword}"
             );
         }

@@ -183,7 +183,9 @@ fn odd_names_and_string_ids_survive_stream_and_ack() {
         assert_eq!(
             parse_virtual(stream.as_bytes()),
             Ok(VirtualStatement::Stream {
-                table: table.clone()
+                table: table.clone(),
+                columns: None,
+                condition: None,
             }),
             "{stream:?}"
         );

@@ -4,7 +4,7 @@
 //! end, after which only comments may follow):
 //!
 //! ```text
-//! STREAM * FROM table_ref
+//! STREAM {* | ident [, ident ...]} FROM table_ref [WHERE condition]
 //! ACK table_ref id [, id ...]
 //! SET [SESSION | LOCAL] workload {= | :=} value
 //! SET @@[session. | local.]workload {= | :=} value
@@ -37,18 +37,40 @@
 
 use super::lexer::{string_value, trim_statement, Lexer, Quoting, Token, TokenKind};
 use super::reserved::is_reserved;
+pub use work_queue::Seconds;
 
 /// A statement the proxy answers itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VirtualStatement {
-    /// `STREAM * FROM [schema.]table`
-    Stream { table: TableName },
+    /// `STREAM {* | col[, col ...]} FROM [schema.]table [WHERE condition]`
+    Stream {
+        table: TableName,
+        /// The columns to stream, in order (`None`: `*`, the table's stream columns).
+        columns: Option<Vec<String>>,
+        /// The condition after `WHERE`, as written (the server evaluates it; see
+        /// `work_queue::stream_condition` for what it may not hold).
+        condition: Option<String>,
+    },
     /// `ACK [schema.]table id[, id ...]`.
     Ack { table: TableName, ids: Vec<AckId> },
     /// `SET workload = ...` — accepted, changes nothing.
     SetWorkload,
     /// `SHOW MESSAGE TABLES` — the message tables and what they are doing, from the proxy.
     ShowMessageTables,
+    /// `NACK [schema.]table id[, id ...] [DELAY seconds]` — due again now (or after the delay).
+    Nack {
+        table: TableName,
+        ids: Vec<AckId>,
+        delay: Option<Seconds>,
+    },
+    /// `EXTEND [schema.]table id[, id ...] BY seconds` — not due for that long from now.
+    Extend {
+        table: TableName,
+        ids: Vec<AckId>,
+        by: Seconds,
+    },
+    /// `REDRIVE [schema.]table [id[, id ...]]` — dead messages (all of them, or these) due again.
+    Redrive { table: TableName, ids: Vec<AckId> },
 }
 
 /// One id of `ACK`.
@@ -121,6 +143,10 @@ pub struct SyntaxError {
     pub near: String,
     /// 1-based; newlines in leading whitespace and inside quoted tokens do not count, as in MariaDB.
     pub line: u32,
+    /// How the statement is written, when it is one of msgproxy's own (`ACK table id[, id ...]`),
+    /// told by its first word: the server's manual knows nothing of these statements, so the
+    /// message says what to write instead of sending the user there.
+    pub expects: Option<&'static str>,
 }
 
 impl SyntaxError {
@@ -128,13 +154,21 @@ impl SyntaxError {
     pub const CODE: u16 = 1064;
     pub const SQLSTATE: &'static str = "42000";
 
-    /// The message, word for word as MariaDB writes it.
+    /// The message: for msgproxy's own statements what the statement expects, then MariaDB's
+    /// `near '...' at line N` (tools read that part); otherwise word for word as MariaDB writes it.
     pub fn message(&self) -> String {
-        format!(
-            "You have an error in your SQL syntax; check the manual that corresponds to your MariaDB server \
-             version for the right syntax to use near '{}' at line {}",
-            self.near, self.line
-        )
+        match self.expects {
+            Some(usage) => format!(
+                "You have an error in your SQL syntax; msgproxy expects {usage}; check the statement \
+                 near '{}' at line {}",
+                self.near, self.line
+            ),
+            None => format!(
+                "You have an error in your SQL syntax; check the manual that corresponds to your MariaDB \
+                 server version for the right syntax to use near '{}' at line {}",
+                self.near, self.line
+            ),
+        }
     }
 }
 
@@ -162,6 +196,7 @@ pub fn parse_virtual_in(sql: &[u8], quoting: Quoting) -> Result<VirtualStatement
         .map_err(|at| SyntaxError {
             near: near_text(sql.get(at.offset..).unwrap_or_default()),
             line: at.line,
+            expects: work_queue::usage(super::classify(sql).keyword),
         })
 }
 
@@ -271,22 +306,21 @@ impl<'a> Parser<'a> {
     fn statement(&mut self) -> Result<VirtualStatement, ErrorAt> {
         let first = self.next();
         let statement = if self.is_keyword(first, "STREAM") {
-            let star = self.next();
-            if star.kind != TokenKind::Punct(b'*') {
-                return Err(star.into());
-            }
+            let columns = self.stream_columns()?;
             self.expect_keyword("FROM")?;
+            let table = self.table_ref()?;
+            let condition = self.stream_condition()?;
             VirtualStatement::Stream {
-                table: self.table_ref()?,
+                table,
+                columns,
+                condition,
             }
         } else if self.is_keyword(first, "ACK") {
             let table = self.table_ref()?;
-            let mut ids = vec![self.id()?];
-            while self.peek().kind == TokenKind::Punct(b',') {
-                self.next();
-                ids.push(self.id()?);
-            }
+            let ids = self.ids()?;
             VirtualStatement::Ack { table, ids }
+        } else if let Some(statement) = self.work_queue_statement(first)? {
+            statement
         } else if self.is_keyword(first, "SET") {
             self.set_workload()?;
             VirtualStatement::SetWorkload
@@ -353,6 +387,16 @@ impl<'a> Parser<'a> {
             }
             _ => Err(token.into()),
         }
+    }
+
+    /// `id[, id ...]`.
+    fn ids(&mut self) -> Result<Vec<AckId>, ErrorAt> {
+        let mut ids = vec![self.id()?];
+        while self.peek().kind == TokenKind::Punct(b',') {
+            self.next();
+            ids.push(self.id()?);
+        }
+        Ok(ids)
     }
 
     /// One id of `ACK`.
@@ -496,6 +540,11 @@ pub(super) fn near_text(rest: &[u8]) -> String {
     }
     near
 }
+
+/// `NACK`, `EXTEND`, `REDRIVE` (MESSAGING.md §9-§10): the work-queue statements, apart from
+/// the Vitess ones to keep each grammar readable on its own.
+#[path = "work_queue.rs"]
+mod work_queue;
 
 #[cfg(test)]
 #[path = "statements_tests.rs"]

@@ -171,19 +171,19 @@ async fn time_poller_query(ctx: &Ctx, c: &mut Conn, table: &str) -> Result<f64, 
     Ok(Summary::of(&times).map_or(0.0, |s| s.median))
 }
 
-struct DrainResult {
-    first_row: Duration,
-    drain_rate: f64,
+pub(crate) struct DrainResult {
+    pub(crate) first_row: Duration,
+    pub(crate) drain_rate: f64,
     idle_kib: u64,
     peak_kib: u64,
     /// Poll times msgproxy logged, in ms.
-    polls: Vec<f64>,
-    cpu: String,
+    pub(crate) polls: Vec<f64>,
+    pub(crate) cpu: String,
 }
 
 /// A fresh proxy; one STREAM timed to its first row; then all consumers drain for
 /// `--drain-seconds`.
-async fn drain_run(
+pub(crate) async fn drain_run(
     ctx: &mut Ctx,
     table: &str,
     tag: &str,

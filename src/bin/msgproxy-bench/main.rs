@@ -19,10 +19,12 @@
 //! - `messaging` — message tables, producers and `STREAM` consumers; end-to-end latency.
 //! - `throughput` — sustained messaging against the server's own insert rate.
 //! - `backlog` — a large backlog of due rows.
+//! - `fifo` — FIFO groups (`vt_group_col`): a backlog over many keys.
 //! - `handqueue` — msgproxy's queue against one written by hand in SQL on the same server.
 //! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
 
 mod backlog;
+mod fifo;
 mod handqueue;
 mod messaging;
 mod passthrough;
@@ -53,6 +55,7 @@ const SCENARIOS: &[&str] = &[
     "throughput",
     "handqueue",
     "backlog",
+    "fifo",
     "brokers",
 ];
 
@@ -73,7 +76,7 @@ pub struct Opts {
     #[arg(long)]
     pub proxy_bin: Option<PathBuf>,
     /// Comma-separated scenarios to run (point, large, connect, latency, throughput, handqueue,
-    /// backlog, brokers); default all.
+    /// backlog, fifo, brokers); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Repetitions of each measurement (direct and proxy interleaved).
@@ -426,6 +429,7 @@ async fn run(mut opts: Opts) -> Result<bool, String> {
             "throughput" => throughput::throughput(&mut ctx).await,
             "handqueue" => handqueue::handqueue(&mut ctx).await,
             "backlog" => backlog::backlog(&mut ctx).await,
+            "fifo" => fifo::fifo(&mut ctx).await,
             "brokers" => run_brokers(&mut ctx).await,
             _ => Ok(()),
         };
