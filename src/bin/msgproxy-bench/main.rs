@@ -19,10 +19,12 @@
 //! - `messaging` — message tables, producers and `STREAM` consumers; end-to-end latency.
 //! - `throughput` — sustained messaging against the server's own insert rate.
 //! - `backlog` — a large backlog of due rows.
+//! - `ddl` — DDL of plain and temporary tables, and of message tables, one connection.
 //! - `handqueue` — msgproxy's queue against one written by hand in SQL on the same server.
 //! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
 
 mod backlog;
+mod ddl;
 mod handqueue;
 mod messaging;
 mod passthrough;
@@ -49,6 +51,7 @@ const SCENARIOS: &[&str] = &[
     "point",
     "large",
     "connect",
+    "ddl",
     "latency",
     "throughput",
     "handqueue",
@@ -72,8 +75,8 @@ pub struct Opts {
     /// The msgproxy binary (default: the one next to this binary, built first under `cargo run`).
     #[arg(long)]
     pub proxy_bin: Option<PathBuf>,
-    /// Comma-separated scenarios to run (point, large, connect, latency, throughput, handqueue,
-    /// backlog, brokers); default all.
+    /// Comma-separated scenarios to run (point, large, connect, ddl, latency, throughput,
+    /// handqueue, backlog, brokers); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Repetitions of each measurement (direct and proxy interleaved).
@@ -422,6 +425,7 @@ async fn run(mut opts: Opts) -> Result<bool, String> {
             "point" => passthrough::point_selects(&mut ctx).await,
             "large" => passthrough::large_result(&mut ctx).await,
             "connect" => passthrough::connection_setup(&mut ctx).await,
+            "ddl" => ddl::ddl(&mut ctx).await,
             "latency" => messaging::latency(&mut ctx).await,
             "throughput" => throughput::throughput(&mut ctx).await,
             "handqueue" => handqueue::handqueue(&mut ctx).await,
