@@ -8,6 +8,7 @@ mod messages;
 mod ops;
 mod refusal;
 mod session;
+pub mod spares;
 pub mod tls;
 mod unix_socket;
 
@@ -43,6 +44,8 @@ pub struct Context {
     pub socket_literal: Vec<u8>,
     /// How clients are turned away at connect (1040, 1429).
     pub refusals: refusal::Refusals,
+    /// Backend connections no client logged in on, for the next client.
+    pub spares: Arc<spares::Spares>,
     implicit_root: User,
 }
 
@@ -58,6 +61,7 @@ impl Context {
             refusal::Refusals::new(tls.clone(), config.handshake_timeout, refusal::MAX_GREETING);
         Ok(Context {
             refusals,
+            spares: spares::Spares::new(config.backend.clone(), shutdown.clone()),
             socket_literal,
             config,
             tls,
