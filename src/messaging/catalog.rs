@@ -41,14 +41,14 @@ pub async fn read_tables(
     if keys.is_empty() {
         return Ok(Vec::new());
     }
-    let candidates: Vec<(String, String, String)> = conn
-        .query(union_by_name(
-            "TABLE_SCHEMA, TABLE_NAME, TABLE_COMMENT",
-            "TABLES",
-            IS_MESSAGE_TABLE,
-            keys,
-        ))
-        .await?;
+    let candidates: Vec<(String, String, String)> = query_by_name(
+        conn,
+        "TABLE_SCHEMA, TABLE_NAME, TABLE_COMMENT",
+        "TABLES",
+        IS_MESSAGE_TABLE,
+        keys,
+    )
+    .await?;
     read_details(conn, candidates).await
 }
 
@@ -69,25 +69,25 @@ async fn read_details(
         .iter()
         .map(|(schema, name, _)| (schema.clone(), name.clone()))
         .collect();
-    let rows: Vec<Row> = conn
-        .query(union_by_name(
-            "TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, CHARACTER_SET_NAME, COLUMN_KEY, EXTRA, ORDINAL_POSITION",
-            "COLUMNS",
-            "TRUE",
-            &keys,
-        ))
-        .await?;
+    let rows: Vec<Row> = query_by_name(
+        conn,
+        "TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, CHARACTER_SET_NAME, COLUMN_KEY, EXTRA, ORDINAL_POSITION",
+        "COLUMNS",
+        "TRUE",
+        &keys,
+    )
+    .await?;
     // Indexes that start with time_next, for the poller (see `poll`). COLUMN_NAME is NULL for an
     // index part that is an expression (MySQL's functional indexes): such a part is no column,
     // and no poller index.
-    let index_rows: Vec<(String, String, String, u32, Option<String>)> = conn
-        .query(union_by_name(
-            "TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX, COLUMN_NAME",
-            "STATISTICS",
-            "SEQ_IN_INDEX <= 2",
-            &keys,
-        ))
-        .await?;
+    let index_rows: Vec<(String, String, String, u32, Option<String>)> = query_by_name(
+        conn,
+        "TABLE_SCHEMA, TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX, COLUMN_NAME",
+        "STATISTICS",
+        "SEQ_IN_INDEX <= 2",
+        &keys,
+    )
+    .await?;
     let mut indexes: HashMap<TableKey, Vec<(String, u32, String)>> = HashMap::new();
     for (schema, name, index, position, column) in index_rows {
         let Some(column) = column else {
@@ -147,6 +147,28 @@ async fn read_details(
             Some((key, result))
         })
         .collect())
+}
+
+/// Tables named in one query at most: a periodic read of thousands of loaded tables goes in
+/// several queries of a size the server parses quickly.
+const TABLES_PER_QUERY: usize = 200;
+
+/// The rows of [`union_by_name`] for every key, [`TABLES_PER_QUERY`] keys a query.
+async fn query_by_name<T: mysql_async::prelude::FromRow + Send + 'static>(
+    conn: &mut Conn,
+    columns: &str,
+    view: &str,
+    filter: &str,
+    keys: &[TableKey],
+) -> Result<Vec<T>, mysql_async::Error> {
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(TABLES_PER_QUERY) {
+        rows.extend(
+            conn.query::<T, _>(union_by_name(columns, view, filter, chunk))
+                .await?,
+        );
+    }
+    Ok(rows)
 }
 
 /// `SELECT columns FROM information_schema.view WHERE TABLE_SCHEMA = .. AND TABLE_NAME = ..
