@@ -96,6 +96,12 @@ async fn every_form_of_ddl_takes_effect_before_its_ok() {
         &[("m3", false), ("m5", false)],
     )
     .await;
+    // The query fails after its CREATE ran: the table is loaded all the same.
+    let sql = format!("create table m6({COLS}) comment '{msg}'; select * from no_such_table");
+    assert!(exec(&mut ddl, &sql).await.is_err(), "{sql}");
+    if ack_code(&mut other, "m6").await.is_err() {
+        problems.push(format!("after {sql}: m6 not loaded"));
+    }
     assert!(
         problems.is_empty(),
         "a DDL's OK came before the proxy had loaded the change:\n  {}\n{}",

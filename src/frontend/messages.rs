@@ -384,7 +384,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     self.note_written(written);
                 }
             }
-            keyword if keyword.is_ddl() && !self.relay.failed => {
+            // A query of several statements that failed may have run its DDL before the error.
+            keyword
+                if keyword.is_ddl()
+                    && (!self.relay.failed
+                        || self.multi_statements
+                            && crate::sql::current_db::may_hold_several(sql)) =>
+            {
                 self.reload_after_ddl(&engine, sql).await;
             }
             // The server has accepted the KILL (the user may kill that connection's statement):
