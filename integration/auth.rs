@@ -165,3 +165,77 @@ async fn futures_join_all(
     }
     out
 }
+
+/// A client that never logs in costs the server nothing (issue 23): a port scanner's connect
+/// and close, a load balancer's TCP check, a wrong password. The backend connection such a
+/// client was greeted with is kept for the next client (`frontend::spares`), so the server sees
+/// no new connection, and none that ends without logging in (which it would count against the
+/// proxy's host, up to `max_connect_errors`). Before, each cost one of each.
+#[tokio::test]
+async fn clients_that_never_log_in_cost_the_server_nothing() {
+    use tokio::io::AsyncReadExt;
+    // A server of its own: `Connections` counts every client of the server.
+    let server = MariaDb::start();
+    let proxy = Proxy::start(&server.backend_url(), &[], None);
+    let mut watch = Conn::new(opts(server.port(), "root", None, None))
+        .await
+        .expect("connect to the server");
+    async fn counters(c: &mut Conn) -> (u64, u64) {
+        let rows: Vec<(String, u64)> = c
+            .query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Connections', 'Aborted_connects')")
+            .await
+            .expect("status");
+        let get = |name: &str| rows.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+        (get("Connections"), get("Aborted_connects"))
+    }
+    // The proxy's own connections (message engine, binlog) are made in its first moments.
+    let mut last = counters(&mut watch).await;
+    let settled = crate::support::eventually(20, async || {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let now = counters(&mut watch).await;
+        std::mem::replace(&mut last, now) == now
+    })
+    .await;
+    assert!(settled, "the server's connection count never settled");
+    let port = proxy.port();
+    let scan = async |read_greeting: bool| {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect to the proxy");
+        if read_greeting {
+            let mut buf = [0u8; 64];
+            let _ = s.read(&mut buf).await;
+        }
+        drop(s);
+        // Paced as a scanner of one port is: the proxy has seen the close before the next.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    // The first may need a connection of its own (no client has left one yet).
+    scan(true).await;
+    let before = counters(&mut watch).await;
+    let mut failed = 0;
+    for i in 0..10 {
+        scan(i % 2 == 0).await;
+        failed += 1;
+    }
+    for (user, pass) in [("root", Some("nope")), ("no_such_user", None)] {
+        denied(try_login(port, user, pass).await, user);
+        failed += 1;
+    }
+    let after = counters(&mut watch).await;
+    // A spare kept past its age is replaced by a new one: at most one more connection.
+    assert!(
+        after.0 - before.0 <= 1 && after.1 == before.1,
+        "{failed} clients that never logged in cost the server {} connection(s), {} of them aborted",
+        after.0 - before.0,
+        after.1 - before.1
+    );
+    // The next client is greeted with a connection another left, and its handshake id is still
+    // its backend session's.
+    let mut c = try_login(port, "root", None).await.expect("log in");
+    let id: Option<u32> = c.query_first("SELECT CONNECTION_ID()").await.expect("id");
+    assert_eq!(id, Some(c.id()), "handshake id vs CONNECTION_ID()");
+    let _ = c.disconnect().await;
+    drop(proxy);
+    server.stop();
+}

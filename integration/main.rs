@@ -42,6 +42,7 @@ mod support;
 
 mod auth;
 mod backend_socket;
+mod backend_tls;
 mod binlog;
 mod bulk;
 mod cli;

@@ -11,6 +11,7 @@ use bytes::{BufMut, BytesMut};
 use mysql_common::constants::CapabilityFlags;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+use tokio_rustls::rustls::pki_types::ServerName;
 
 use crate::config::BackendTarget;
 use crate::protocol::auth::{self, Plugin};
@@ -29,6 +30,15 @@ pub struct Backend {
 pub enum BackendStream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// TCP upgraded at login (`ssl-mode`).
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    /// Only while the TCP stream is being upgraded (or after the upgrade failed): every read
+    /// and write fails.
+    Upgrading,
+}
+
+fn upgrading<T>() -> Poll<io::Result<T>> {
+    Poll::Ready(Err(io::ErrorKind::NotConnected.into()))
 }
 
 impl BackendStream {
@@ -73,6 +83,8 @@ impl AsyncRead for BackendStream {
         match self.get_mut() {
             BackendStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
             BackendStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            BackendStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            BackendStream::Upgrading => upgrading(),
         }
     }
 }
@@ -86,6 +98,8 @@ impl AsyncWrite for BackendStream {
         match self.get_mut() {
             BackendStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             BackendStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            BackendStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            BackendStream::Upgrading => upgrading(),
         }
     }
 
@@ -97,6 +111,8 @@ impl AsyncWrite for BackendStream {
         match self.get_mut() {
             BackendStream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             BackendStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            BackendStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            BackendStream::Upgrading => upgrading(),
         }
     }
 
@@ -108,6 +124,8 @@ impl AsyncWrite for BackendStream {
         match self.get_mut() {
             BackendStream::Tcp(s) => Pin::new(s).poll_flush(cx),
             BackendStream::Unix(s) => Pin::new(s).poll_flush(cx),
+            BackendStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            BackendStream::Upgrading => upgrading(),
         }
     }
 
@@ -115,6 +133,8 @@ impl AsyncWrite for BackendStream {
         match self.get_mut() {
             BackendStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             BackendStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            BackendStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            BackendStream::Upgrading => upgrading(),
         }
     }
 }
@@ -142,6 +162,8 @@ pub enum BackendError {
     Refused(ErrorPacket),
     #[error("unexpected packet from the backend (not what the MySQL protocol allows here)")]
     Protocol,
+    #[error("TLS to the backend failed: {0}")]
+    Tls(String),
     #[error(
         "the backend asks for {0} authentication, which msgproxy cannot do; give the backend user \
          a mysql_native_password password (ALTER USER ... IDENTIFIED VIA mysql_native_password USING PASSWORD('...'))"
@@ -155,8 +177,9 @@ pub enum BackendError {
 /// change how a response is framed, so they are not offered.
 pub const SUPPORTED_MARIADB_CAPABILITIES: u32 = 0x0000_0004 | 0x0000_0008;
 
-/// Capabilities the proxy never lets through to the backend: it speaks neither compression nor
-/// TLS to the backend, and it does not offer the MySQL 8 extensions that change packet layouts.
+/// Capabilities the proxy never lets through to the backend: it does not speak compression, it
+/// asks for TLS itself when `ssl-mode` says so (`Backend::start_tls`), and it does not offer the
+/// MySQL 8 extensions that change packet layouts.
 pub fn unsupported_capabilities() -> CapabilityFlags {
     CapabilityFlags::CLIENT_COMPRESS
         | CapabilityFlags::CLIENT_SSL
@@ -233,8 +256,64 @@ impl Backend {
                 & self.greeting.mariadb_capabilities
                 & SUPPORTED_MARIADB_CAPABILITIES,
         };
-        packet::write_packet(self.conn.get_mut(), 1, &response.encode()).await?;
+        let mut response = response;
+        let mut seq = 1;
+        if self.start_tls(target, &mut response).await? {
+            seq = 2;
+        }
+        packet::write_packet(self.conn.get_mut(), seq, &response.encode()).await?;
         self.finish_auth(target).await
+    }
+
+    /// Upgrades the connection to TLS before the login when `ssl-mode` asks for it: an
+    /// SSLRequest (the response's first 32 bytes, with `CLIENT_SSL`), then the TLS handshake,
+    /// after which the response follows with sequence id 2. Whether it did.
+    async fn start_tls(
+        &mut self,
+        target: &BackendTarget,
+        response: &mut HandshakeResponse<'_>,
+    ) -> Result<bool, BackendError> {
+        let Some(config) = target.tls.config() else {
+            return Ok(false);
+        };
+        // A socket never leaves the host (the URL refuses a required mode with one).
+        if !matches!(self.conn.get_mut(), BackendStream::Tcp(_)) {
+            return Ok(false);
+        }
+        if !self
+            .greeting
+            .capabilities
+            .contains(CapabilityFlags::CLIENT_SSL)
+        {
+            if target.tls.mode.required() {
+                return Err(BackendError::Tls(format!(
+                    "ssl-mode={} but the server does not offer TLS (start it with ssl_cert and ssl_key)",
+                    target.tls.mode.name()
+                )));
+            }
+            return Ok(false);
+        }
+        response.capabilities |= CapabilityFlags::CLIENT_SSL;
+        let encoded = response.encode();
+        let request = encoded
+            .get(..crate::protocol::handshake::SSL_REQUEST_LEN)
+            .ok_or(BackendError::Protocol)?;
+        packet::write_packet(self.conn.get_mut(), 1, request).await?;
+        if !self.conn.buffered().is_empty() {
+            return Err(BackendError::Protocol);
+        }
+        let name = ServerName::try_from(target.host.clone())
+            .map_err(|e| BackendError::Tls(format!("{}: {e}", target.host)))?;
+        let tcp = match std::mem::replace(self.conn.get_mut(), BackendStream::Upgrading) {
+            BackendStream::Tcp(tcp) => tcp,
+            _ => return Err(BackendError::Protocol),
+        };
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| BackendError::Tls(e.to_string()))?;
+        *self.conn.get_mut() = BackendStream::Tls(Box::new(tls));
+        Ok(true)
     }
 
     /// Sends COM_CHANGE_USER for the proxy's backend user with the client's new database,
@@ -292,9 +371,16 @@ impl Backend {
                 Some(0x01) => match packet.payload.get(1) {
                     // caching_sha2_password: 3 = fast auth succeeded, an OK follows.
                     Some(3) => continue,
+                    // 4 = full authentication: over TLS the password itself, NUL-terminated
+                    // (without TLS it would take the server's RSA key, which is not done).
+                    Some(4) if matches!(self.conn.get_mut(), BackendStream::Tls(_)) => {
+                        let mut reply = target.password.as_bytes().to_vec();
+                        reply.push(0);
+                        packet::write_packet(self.conn.get_mut(), seq, &reply).await?;
+                    }
                     _ => {
                         return Err(BackendError::UnsupportedAuth(
-                            "caching_sha2_password full".into(),
+                            "caching_sha2_password full (over plain TCP, which needs the server's RSA key; with ssl-mode=REQUIRED or stricter it is done over TLS)".into(),
                         ))
                     }
                 },

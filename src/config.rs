@@ -134,6 +134,8 @@ pub struct BackendTarget {
     /// through it instead of TCP: on the server's own host it costs the kernel far less per
     /// round trip than loopback TCP. `host` and `port` are then only names for the logs.
     pub socket: Option<std::path::PathBuf>,
+    /// TLS to the server (`?ssl-mode=...&ssl-ca=...`; `crate::backend_tls`).
+    pub tls: crate::backend_tls::BackendTls,
 }
 
 impl std::fmt::Debug for BackendTarget {
@@ -147,11 +149,21 @@ impl BackendTarget {
     /// The URL with the password masked, for logs and errors.
     pub fn redacted(&self) -> String {
         let pw = if self.password.is_empty() { "" } else { ":***" };
-        let socket = self
-            .socket
-            .as_ref()
-            .map(|s| format!("?socket={}", s.display()))
-            .unwrap_or_default();
+        let mut params = Vec::new();
+        if let Some(s) = &self.socket {
+            params.push(format!("socket={}", s.display()));
+        }
+        if self.tls.mode != crate::backend_tls::SslMode::Disabled {
+            params.push(format!("ssl-mode={}", self.tls.mode.name()));
+        }
+        if let Some(ca) = &self.tls.ca {
+            params.push(format!("ssl-ca={}", ca.display()));
+        }
+        let socket = if params.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", params.join("&"))
+        };
         format!(
             "mysql://{}{}@{}:{}/{}{socket}",
             self.user,
@@ -201,13 +213,33 @@ impl BackendTarget {
         };
         let database = Some(decode(u.path().trim_start_matches('/'))).filter(|d| !d.is_empty());
         let mut socket = None;
+        let mut ssl_mode = crate::backend_tls::SslMode::Disabled;
+        let mut ssl_ca = None;
         for (name, value) in u.query_pairs() {
             match &*name {
                 "socket" if !value.is_empty() => socket = Some(value.into_owned().into()),
                 "socket" => return Err(bad("socket= needs the path of the server's socket")),
+                "ssl-mode" | "ssl_mode" | "sslmode" => {
+                    ssl_mode = crate::backend_tls::SslMode::parse(&value).ok_or_else(|| {
+                        bad(&format!(
+                            "ssl-mode={value}: use DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
+                        ))
+                    })?
+                }
+                "ssl-ca" | "ssl_ca" if !value.is_empty() => {
+                    ssl_ca = Some(std::path::PathBuf::from(value.into_owned()))
+                }
+                "ssl-ca" | "ssl_ca" => return Err(bad("ssl-ca= needs the path of a PEM file")),
                 other => return Err(bad(&format!("unknown parameter '{other}'"))),
             }
         }
+        if socket.is_some() && ssl_mode.required() {
+            return Err(bad(&format!(
+                "ssl-mode={} with socket=: a Unix socket never leaves the host; drop ssl-mode",
+                ssl_mode.name()
+            )));
+        }
+        let tls = crate::backend_tls::BackendTls::new(ssl_mode, ssl_ca).map_err(|e| bad(&e))?;
         Ok(BackendTarget {
             host,
             port: u.port().unwrap_or(3306),
@@ -215,6 +247,7 @@ impl BackendTarget {
             password: u.password().map(decode).unwrap_or_default(),
             database,
             socket,
+            tls,
         })
     }
 
@@ -228,6 +261,7 @@ impl BackendTarget {
             .user(Some(self.user.clone()))
             .pass(Some(self.password.clone()).filter(|p| !p.is_empty()))
             .db_name(self.database.clone())
+            .ssl_opts(self.tls.mysql_async_opts())
     }
 }
 
@@ -535,6 +569,43 @@ mod tests {
             BackendTarget::parse("mysql://app@h/shop").unwrap().socket,
             None
         );
+    }
+
+    #[test]
+    fn backend_url_with_tls() {
+        use crate::backend_tls::SslMode;
+        let b = BackendTarget::parse("mysql://app@db.example/shop?ssl-mode=required").unwrap();
+        assert_eq!((b.tls.mode, b.tls.ca.as_deref()), (SslMode::Required, None));
+        assert!(b.tls.config().is_some() && b.tls.mysql_async_opts().is_some());
+        assert_eq!(
+            b.redacted(),
+            "mysql://app@db.example:3306/shop?ssl-mode=REQUIRED"
+        );
+        assert_eq!(
+            BackendTarget::parse("mysql://app@h/shop").unwrap().tls.mode,
+            SslMode::Disabled
+        );
+        let preferred = BackendTarget::parse("mysql://app@h/shop?ssl-mode=PREFERRED").unwrap();
+        assert!(preferred.tls.config().is_some() && preferred.tls.mysql_async_opts().is_none());
+        for (url, says) in [
+            ("mysql://app@h/shop?ssl-mode=on", "ssl-mode=on"),
+            (
+                "mysql://app@h/shop?ssl-mode=VERIFY_IDENTITY",
+                "needs ssl-ca",
+            ),
+            (
+                "mysql://app@h/shop?ssl-mode=VERIFY_CA&ssl-ca=/no/such.pem",
+                "/no/such.pem",
+            ),
+            ("mysql://app@h/shop?ssl-ca=", "ssl-ca= needs"),
+            (
+                "mysql://app@localhost/shop?socket=/run/m.sock&ssl-mode=REQUIRED",
+                "drop ssl-mode",
+            ),
+        ] {
+            let err = BackendTarget::parse(url).unwrap_err().to_string();
+            assert!(err.contains(says), "{url}: {err}");
+        }
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`protocol`] — the MySQL wire format for the server side: packet framing, handshake, authentication
 //!   and the encoders for OK / ERR packets. Knows nothing of message tables.
 //! - [`backend`] — opens and authenticates one backend connection per client session.
+//! - [`backend_tls`] — TLS to the backend: `ssl-mode`, the CA file, the certificate checks.
 //! - [`relay`] — forwards one command to the backend and its response back, parsing only enough to
 //!   know where the response ends and what the session's status flags are.
 //! - [`frontend`] — the accept loop (connection limit, graceful shutdown) and the per-client session.
@@ -21,6 +22,7 @@
 pub mod sql;
 
 pub mod backend;
+pub mod backend_tls;
 pub mod binlog;
 pub mod config;
 pub mod frontend;

@@ -116,6 +116,7 @@ async fn run(config: Config) -> std::process::ExitCode {
             shutdown.clone(),
         ));
     }
+    let spares = ctx.spares.clone();
     let server = Server::new(listeners, ctx);
     match Backend::connect(&backend, timeout).await {
         Ok(b) => {
@@ -124,7 +125,8 @@ async fn run(config: Config) -> std::process::ExitCode {
                 backend.redacted(),
                 String::from_utf8_lossy(&b.greeting.server_version)
             );
-            b.quit().await;
+            // Not logged in: it greets the first client (frontend::spares).
+            spares.give_back(msgproxy::frontend::spares::Fresh::new(b));
         }
         Err(e) => warn!(
             "msgproxy listening on {local}, backend {} not reachable yet ({e}); clients get error 1429 until it is",

@@ -25,6 +25,7 @@
 //! - `errors` — what `STREAM`/`ACK` answer when they cannot work.
 //! - `stream_sessions` — what a stream does to its own session: transactions, locks, read-only
 //!   sessions, columns altered under it.
+//! - `ddl` — DDL through the proxy: every form takes effect before its OK; plain DDL reads nothing.
 //! - `current_db` — unqualified `ACK`/`STREAM` tables follow the session's real database.
 //! - `max_unacked` — `vt_max_unacked`: what one stream may hold unacked.
 //! - `ack_literals` — quoted `ACK` ids under every `sql_mode` (`NO_BACKSLASH_ESCAPES`,
@@ -40,6 +41,7 @@ mod acks;
 mod arrival;
 mod columns;
 mod current_db;
+mod ddl;
 mod dead_letters;
 mod errors;
 mod fifo;

@@ -88,8 +88,17 @@ pub trait Sink {
     fn poll_all(&self);
     /// The loaded tables whose name appears in `sql` (generous: false positives cost a poll).
     fn mentioned(&self, sql: &[u8]) -> Vec<Self::Table>;
-    /// DDL was committed: reload the message tables.
-    fn schema_changed(&self);
+    /// DDL was committed: reload the message tables it may have changed. `ddl`: the statement
+    /// and the database it ran in; `None` when it could not be read (reload them all).
+    fn schema_changed(&self, ddl: Option<Ddl<'_>>);
+}
+
+/// A DDL statement as the binlog shows it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ddl<'a> {
+    /// The statement's current database (empty: none).
+    pub schema: &'a [u8],
+    pub sql: &'a [u8],
 }
 
 /// A message table's table map.
@@ -267,8 +276,8 @@ impl<T: TableHandle> Follower<T> {
                 prepare => self.xa_prepare(prepare.map(|p| p.xid)),
             },
             MARIADB_QUERY_COMPRESSED_EVENT => {
-                // Unreadable here; it may be DDL, so reload (cheap, and coalesced).
-                sink.schema_changed();
+                // Unreadable here; it may be DDL, so reload (coalesced).
+                sink.schema_changed(None);
                 self.statement_done(sink);
             }
             FORMAT_DESCRIPTION_EVENT | HEARTBEAT_EVENT => {}
@@ -367,7 +376,7 @@ impl<T: TableHandle> Follower<T> {
     fn query<S: Sink<Table = T>>(&mut self, event: &Event, sink: &S) {
         let Ok(query) = event.read_event::<QueryEvent<'_>>() else {
             // Unreadable: it may have been DDL.
-            sink.schema_changed();
+            sink.schema_changed(None);
             return self.statement_done(sink);
         };
         let sql = query.query_raw();
@@ -404,7 +413,10 @@ impl<T: TableHandle> Follower<T> {
             Statement::Ddl => {
                 // DDL commits implicitly.
                 self.commit(sink);
-                sink.schema_changed();
+                sink.schema_changed(Some(Ddl {
+                    schema: query.schema_raw(),
+                    sql,
+                }));
                 for t in sink.mentioned(sql) {
                     sink.poll(&t);
                 }

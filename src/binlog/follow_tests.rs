@@ -292,7 +292,7 @@ impl Sink for Recorder {
             .collect()
     }
 
-    fn schema_changed(&self) {
+    fn schema_changed(&self, _: Option<crate::binlog::follow::Ddl<'_>>) {
         self.calls.borrow_mut().push(Call::SchemaChanged);
     }
 }

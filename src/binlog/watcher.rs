@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::follow::{Follower, Sink, TableHandle};
+use super::follow::{Ddl, Follower, Sink, TableHandle};
 use super::prereq::{self, Missing};
 use super::rows::RowChange;
 use super::statement::names_identifier;
@@ -669,8 +669,32 @@ impl Sink for EngineSink {
         tables
     }
 
-    fn schema_changed(&self) {
-        self.reload.notify_one();
+    fn schema_changed(&self, ddl: Option<Ddl<'_>>) {
+        use crate::messaging::after_ddl::{self, AfterDdl};
+        let plan = match ddl {
+            Some(ddl) => {
+                let schema = std::str::from_utf8(ddl.schema)
+                    .ok()
+                    .filter(|s| !s.is_empty());
+                let effect = crate::sql::ddl_effect(ddl.sql, crate::sql::Quoting::DEFAULT);
+                after_ddl::plan(&self.engine, ddl.sql, effect, schema)
+            }
+            None => AfterDdl::Catalog,
+        };
+        match plan {
+            AfterDdl::Nothing => {}
+            // A statement through this proxy was reloaded for already, before its OK; one made
+            // around it is read here, by name, in a task of its own (reads are merged there).
+            AfterDdl::Tables(keys) => {
+                let engine = self.engine.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = engine.reload_tables(keys).await {
+                        warn!("binlog: reloading message tables after DDL failed: {e}");
+                    }
+                });
+            }
+            AfterDdl::Catalog => self.reload.notify_one(),
+        }
     }
 }
 

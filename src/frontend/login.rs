@@ -9,6 +9,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::debug;
 
 use super::session::Session;
+use super::spares::Fresh;
 use super::{Context, Peer};
 use crate::backend::{unsupported_capabilities, Backend, LoginReply};
 use crate::config::Secret;
@@ -28,10 +29,10 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     // The backend connection comes first so the client's connection id can be the backend's
-    // thread id: CONNECTION_ID(), the process list and KILL then agree without translation.
-    let backend = match Backend::connect(&ctx.config.backend, ctx.config.backend_connect_timeout)
-        .await
-    {
+    // thread id: CONNECTION_ID(), the process list and KILL then agree without translation. It
+    // is one a client that did not log in left (`spares`) when there is one: a client that never
+    // logs in costs the server nothing.
+    let fresh = match ctx.spares.take(ctx.config.backend_connect_timeout).await {
         Ok(b) => b,
         Err(e) => {
             ctx.metrics
@@ -52,8 +53,15 @@ where
         }
     };
     let handshake_timeout = ctx.config.handshake_timeout;
-    let login = connection_phase(ctx.clone(), PacketReader::new(stream), backend, peer);
-    match tokio::time::timeout(handshake_timeout, login).await {
+    // Taken from here only to log in; if the client never gets that far (closed, timed out,
+    // refused) it is still here, untouched, for the next client.
+    let mut unused = Some(fresh);
+    let login = connection_phase(ctx.clone(), PacketReader::new(stream), &mut unused, peer);
+    let outcome = tokio::time::timeout(handshake_timeout, login).await;
+    if let Some(fresh) = unused {
+        ctx.spares.give_back(fresh);
+    }
+    match outcome {
         Ok(Ok(Some(session))) => session.run_boxed().await,
         Ok(Ok(None)) => {}
         Ok(Err(e)) => debug!(%peer, "handshake failed: {e}"),
@@ -96,25 +104,33 @@ fn offered_capabilities(ctx: &Context, backend: &Backend) -> CapabilityFlags {
     caps
 }
 
+/// The connection phase with `backend`, which stays in its slot until the client has passed the
+/// proxy's checks and the backend login begins.
 async fn connection_phase<S: AsyncRead + AsyncWrite + Unpin>(
     ctx: Arc<Context>,
     mut client: PacketReader<S>,
-    backend: Backend,
+    backend: &mut Option<Fresh>,
     peer: Peer,
 ) -> std::io::Result<Option<ReadySession<S>>> {
+    let Some(Fresh {
+        backend: greeted, ..
+    }) = backend.as_ref()
+    else {
+        return Ok(None);
+    };
     let nonce = auth::new_nonce();
-    let offered = offered_capabilities(&ctx, &backend);
-    let mut version = backend.greeting.server_version.clone();
+    let offered = offered_capabilities(&ctx, greeted);
+    let mut version = greeted.greeting.server_version.clone();
     version.extend_from_slice(VERSION_SUFFIX);
     let greeting = Greeting {
         server_version: &version,
-        connection_id: backend.greeting.connection_id,
+        connection_id: greeted.greeting.connection_id,
         nonce: &nonce,
         capabilities: offered,
-        collation: backend.greeting.collation,
-        status: backend.greeting.status,
+        collation: greeted.greeting.collation,
+        status: greeted.greeting.status,
         auth_plugin: NATIVE_PASSWORD,
-        mariadb_capabilities: backend.greeting.mariadb_capabilities
+        mariadb_capabilities: greeted.greeting.mariadb_capabilities
             & crate::backend::SUPPORTED_MARIADB_CAPABILITIES,
     };
     write_packet(client.get_mut(), 0, &greeting.encode()).await?;
@@ -149,7 +165,7 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     ctx: Arc<Context>,
     mut client: PacketReader<S>,
     response_packet: Packet,
-    mut backend: Backend,
+    backend: &mut Option<Fresh>,
     nonce: [u8; 20],
     offered: CapabilityFlags,
     peer: Peer,
@@ -221,6 +237,10 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
         seq = write_packet(client.get_mut(), seq, &[0x01, 0x03]).await?;
     }
     let session_caps = response.capabilities & offered;
+    // From here the backend connection is this client's, whatever happens.
+    let Some(Fresh { mut backend, .. }) = backend.take() else {
+        return Ok(None);
+    };
     let reply = match backend.login(&ctx.config.backend, &response).await {
         Ok(r) => r,
         Err(e) => {

@@ -9,7 +9,7 @@ use tracing::warn;
 
 use super::session::{CurrentDb, Session, SessionEnd};
 use crate::backend::QueryOutcome;
-use crate::messaging::engine::Lookup;
+use crate::messaging::engine::{Engine, Lookup};
 use crate::messaging::manager::TableManager;
 use crate::messaging::state;
 use crate::messaging::stream::{self, StreamEnd};
@@ -463,10 +463,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     self.note_written(written);
                 }
             }
-            keyword if keyword.is_ddl() && !self.relay.failed => {
-                if let Err(e) = engine.reload().await {
-                    warn!("reloading message tables after DDL failed: {e}");
-                }
+            // A query of several statements that failed may have run its DDL before the error.
+            keyword
+                if keyword.is_ddl()
+                    && (!self.relay.failed
+                        || self.multi_statements
+                            && crate::sql::current_db::may_hold_several(sql)) =>
+            {
+                self.reload_after_ddl(&engine, sql).await;
             }
             // The server has accepted the KILL (the user may kill that connection's statement):
             // a stream on that connection through this proxy ends as the statement would.
@@ -478,6 +482,32 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             _ => {}
         }
         self.notify_if_committed(classification.keyword == Keyword::Rollback);
+    }
+
+    /// After a DDL statement succeeded, before the client sees its OK: reloads what it may have
+    /// changed, so a message table it made (or altered, or dropped) is usable (or gone) the
+    /// moment the client is answered. DDL on temporary tables, and on tables that neither are
+    /// nor may become message tables, costs a scan of its text and nothing else; otherwise the
+    /// tables it names are read by name. Only a statement the proxy cannot follow (or one whose
+    /// unqualified names it cannot place: the session's database unknown) reads the catalog.
+    /// The session's own connection is not used: a query there would clear the DDL's warnings.
+    async fn reload_after_ddl(&self, engine: &Arc<Engine>, sql: &[u8]) {
+        use crate::messaging::after_ddl;
+        use crate::sql::{ddl_effect, DdlEffect};
+        let several = self.multi_statements && crate::sql::current_db::may_hold_several(sql);
+        let effect = if several {
+            DdlEffect::Unknown
+        } else {
+            ddl_effect(sql, self.quoting())
+        };
+        let current = match &self.current_db {
+            CurrentDb::Known(db) => db.as_deref(),
+            CurrentDb::Unknown => None,
+        };
+        let plan = after_ddl::plan(engine, sql, effect, current);
+        if let Err(e) = after_ddl::reload(engine, plan).await {
+            warn!("reloading message tables after DDL failed: {e}");
+        }
     }
 
     /// After a `COM_STMT_PREPARE`: while polling, remember which message tables the statement

@@ -10,6 +10,7 @@ mod messages;
 mod ops;
 mod refusal;
 mod session;
+pub mod spares;
 pub mod tls;
 mod unix_socket;
 mod work_queue;
@@ -51,6 +52,8 @@ pub struct Context {
     /// Where a session's relay asks about its backend connection (is it idle? end it), when
     /// there is an engine to ask through.
     pub backend_sessions: Option<Arc<dyn crate::relay::BackendSessions>>,
+    /// Backend connections no client logged in on, for the next client.
+    pub spares: Arc<spares::Spares>,
     implicit_root: User,
 }
 
@@ -71,6 +74,7 @@ impl Context {
         Ok(Context {
             backend_sessions,
             refusals,
+            spares: spares::Spares::new(config.backend.clone(), shutdown.clone()),
             socket_literal,
             config,
             tls,

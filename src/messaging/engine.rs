@@ -2,24 +2,31 @@
 //! [`TableManager`] per loaded table. Sessions ask it which table a statement names; it never
 //! sees a packet.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
-use mysql_async::prelude::Queryable;
-use mysql_async::{Pool, Row};
+use mysql_async::Pool;
+use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
+use super::catalog;
 use super::manager::TableManager;
-use super::options;
+use super::reload::{Lane, ReadTickets, ReloadError, Scope};
 use super::repeated_failure::RepeatedFailure;
-use super::table::{self, ColumnInfo};
+use super::table::MessageTable;
 use crate::config::BackendTarget;
 
 /// How often the registry is reloaded to pick up DDL made around the proxy.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
+
+/// While the binlog watcher follows, it sees DDL made around the proxy and reloads the tables
+/// it names, so the periodic reload re-reads only the loaded tables (by name: cheap however
+/// large the catalog), and looks for new message tables in the whole catalog only every this
+/// many [`RELOAD_INTERVAL`]s (for DDL the binlog does not show: `sql_log_bin = 0`).
+const CATALOG_SCAN_EVERY: u32 = 30;
 
 /// The reload, as its failures are logged.
 const RELOAD_JOB: &str = "loading the message tables";
@@ -46,8 +53,13 @@ pub struct Engine {
     pool: Pool,
     tables: RwLock<HashMap<TableKey, Entry>>,
     shutdown: CancellationToken,
-    /// Serialises reloads so two DDL statements cannot interleave their updates.
-    reload_lock: tokio::sync::Mutex<()>,
+    /// Reads of named tables (after DDL), merged (see `reload`).
+    named_lane: Lane,
+    /// Reads of the whole catalog, merged.
+    catalog_lane: Lane,
+    /// The order of reads that overlap, so an older answer never overwrites a newer one. Taken
+    /// before `tables` when both are.
+    tickets: Mutex<ReadTickets>,
     /// Whether the binlog watcher is following the backend's binlog right now. While it is,
     /// every committed row change reaches the managers from the binlog, so a write relayed
     /// through the proxy needs no poll of its own.
@@ -75,7 +87,9 @@ impl Engine {
             pool: Pool::new(opts),
             tables: RwLock::new(HashMap::new()),
             shutdown,
-            reload_lock: tokio::sync::Mutex::new(()),
+            named_lane: Lane::default(),
+            catalog_lane: Lane::default(),
+            tickets: Mutex::new(ReadTickets::default()),
             binlog_following: Arc::new(AtomicBool::new(false)),
             reload_failures: RepeatedFailure::default(),
         });
@@ -88,12 +102,26 @@ impl Engine {
     }
 
     async fn reload_periodically(self: Arc<Self>) {
+        let mut ticks: u32 = 0;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(RELOAD_INTERVAL) => {}
                 _ = self.shutdown.cancelled() => break,
             }
-            match self.reload().await {
+            ticks = ticks.wrapping_add(1);
+            let reloaded = if self.binlog_following() && !ticks.is_multiple_of(CATALOG_SCAN_EVERY) {
+                let loaded = self
+                    .tables
+                    .read()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .keys()
+                    .cloned()
+                    .collect();
+                self.reload_tables(loaded).await
+            } else {
+                self.reload().await
+            };
+            match reloaded {
                 Ok(()) => self.reload_failures.succeeded(RELOAD_JOB),
                 Err(e) => self.reload_failures.failed(RELOAD_JOB, e),
             }
@@ -116,9 +144,18 @@ impl Engine {
         self.pool.clone()
     }
 
-    /// Set by the binlog watcher whenever its mode changes.
-    pub fn set_binlog_following(&self, following: bool) {
-        self.binlog_following.store(following, Ordering::Release);
+    /// Set by the binlog watcher whenever its mode changes. When it starts following, the
+    /// catalog is read once more: DDL made before its start position is not in what it reads.
+    pub fn set_binlog_following(self: &Arc<Self>, following: bool) {
+        let was = self.binlog_following.swap(following, Ordering::AcqRel);
+        if following && !was {
+            let engine = self.clone();
+            tokio::spawn(async move {
+                if let Err(e) = engine.reload().await {
+                    engine.reload_failures.failed(RELOAD_JOB, e);
+                }
+            });
+        }
     }
 
     /// Whether row changes reach the managers from the binlog (see `binlog_following`).
@@ -191,225 +228,218 @@ impl Engine {
             .collect()
     }
 
-    /// Reads the message tables from `information_schema` and brings the managers in line:
+    /// Whether `sql` names a table the registry holds (loaded or broken), as a whole identifier
+    /// (or, for a name no bare identifier can spell, anywhere): the cheap test that tells DDL on
+    /// plain tables from DDL that may change a message table.
+    pub fn names_a_table(&self, sql: &[u8]) -> bool {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        tables.keys().any(|(_, name)| {
+            let bare = name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80);
+            if bare {
+                crate::binlog::statement::names_identifier(sql, name.as_bytes())
+            } else {
+                contains_ignore_ascii_case(sql, name.as_bytes())
+                    || contains_ignore_ascii_case(sql, name.replace('`', "``").as_bytes())
+            }
+        })
+    }
+
+    /// Whether the registry holds a table of this name in any database.
+    pub fn holds_name(&self, name: &str) -> bool {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        tables.keys().any(|(_, n)| n == name)
+    }
+
+    /// The tables the registry holds in database `schema`.
+    pub fn tables_in(&self, schema: &str) -> Vec<TableKey> {
+        let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
+        tables
+            .keys()
+            .filter(|(s, _)| s == schema)
+            .cloned()
+            .collect()
+    }
+
+    /// Reads every message table from `information_schema` and brings the managers in line:
     /// new tables get a manager, changed ones get the new definition, dropped ones are stopped.
-    pub async fn reload(&self) -> Result<(), mysql_async::Error> {
-        let _guard = self.reload_lock.lock().await;
-        let found = self.read_definitions().await?;
-        let mut tables = self.tables.write().unwrap_or_else(|e| e.into_inner());
-        let mut next = HashMap::with_capacity(found.len());
-        for (key, result) in found {
-            let entry = match (result, tables.remove(&key)) {
-                (Ok(def), Some(Entry::Loaded(m))) => {
-                    if *m.definition() != def {
-                        info!(
-                            "message table {} changed: {}",
-                            def.qualified(),
-                            def.options.to_comment_summary()
-                        );
-                        m.set_definition(def);
-                    }
-                    Entry::Loaded(m)
+    /// Merged with the other requests made meanwhile (see `reload::Lane`).
+    pub async fn reload(self: &Arc<Self>) -> Result<(), ReloadError> {
+        self.request(Scope::All).await
+    }
+
+    /// [`Engine::reload`] for these tables only: each is loaded, changed, or (not, or no longer,
+    /// a message table) forgotten. Costs about a `SELECT 1` however large the catalog, and
+    /// never waits for a read of the whole catalog.
+    pub async fn reload_tables(
+        self: &Arc<Self>,
+        keys: BTreeSet<TableKey>,
+    ) -> Result<(), ReloadError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.request(Scope::Tables(keys)).await
+    }
+
+    /// Joins the lane of `scope` and waits for a read that began after this call.
+    async fn request(self: &Arc<Self>, scope: Scope) -> Result<(), ReloadError> {
+        let all = scope == Scope::All;
+        let (tx, rx) = oneshot::channel();
+        let lane = if all {
+            &self.catalog_lane
+        } else {
+            &self.named_lane
+        };
+        if lane.join(scope, tx) {
+            // The runner is a task of its own: a session that stops waiting (its client gone)
+            // cannot leave the lane without one.
+            let engine = self.clone();
+            tokio::spawn(async move { engine.run_lane(all).await });
+        }
+        rx.await.unwrap_or(Err(ReloadError::Abandoned))
+    }
+
+    /// Reads for a lane until nobody waits.
+    async fn run_lane(self: Arc<Self>, all: bool) {
+        let lane = if all {
+            &self.catalog_lane
+        } else {
+            &self.named_lane
+        };
+        while let Some((scope, waiters)) = lane.next() {
+            let result = self.read_and_apply(scope).await;
+            for waiter in waiters {
+                let _ = waiter.send(result.clone());
+            }
+        }
+    }
+
+    /// One read of `scope`, applied to the registry where nothing newer was.
+    async fn read_and_apply(&self, scope: Scope) -> Result<(), ReloadError> {
+        let all = scope == Scope::All;
+        let ticket = self
+            .tickets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .begin();
+        let started = Instant::now();
+        let read = async {
+            let mut conn = self.pool.get_conn().await?;
+            match &scope {
+                Scope::All => catalog::read_all(&mut conn).await,
+                Scope::Tables(keys) => {
+                    let keys: Vec<TableKey> = keys.iter().cloned().collect();
+                    catalog::read_tables(&mut conn, &keys).await
                 }
-                (Ok(def), _) => {
+            }
+        }
+        .await;
+        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
+        let found = match read {
+            Ok(found) => found,
+            Err(e) => {
+                tickets.end(ticket, false);
+                return Err(ReloadError::Backend(Arc::new(e)));
+            }
+        };
+        debug!(
+            "registry read of {} found {} message table(s) in {:?}",
+            describe(&scope),
+            found.len(),
+            started.elapsed()
+        );
+        let mut found: HashMap<TableKey, Result<MessageTable, String>> =
+            found.into_iter().collect();
+        let mut tables = self.tables.write().unwrap_or_else(|e| e.into_inner());
+        let keys: BTreeSet<TableKey> = match scope {
+            Scope::All => tables.keys().cloned().collect(),
+            Scope::Tables(keys) => keys,
+        };
+        let keys: BTreeSet<TableKey> = keys.into_iter().chain(found.keys().cloned()).collect();
+        for key in keys {
+            if tickets.claim(ticket, &key) {
+                let result = found.remove(&key);
+                self.apply(&mut tables, key, result);
+            }
+        }
+        tickets.end(ticket, all);
+        Ok(())
+    }
+
+    /// Brings one table's entry in line with what a read found (`None`: not a message table).
+    fn apply(
+        &self,
+        tables: &mut HashMap<TableKey, Entry>,
+        key: TableKey,
+        found: Option<Result<MessageTable, String>>,
+    ) {
+        let entry = match (found, tables.remove(&key)) {
+            (Some(Ok(def)), Some(Entry::Loaded(m))) => {
+                if *m.definition() != def {
                     info!(
-                        "message table {} loaded: {}",
+                        "message table {} changed: {}",
                         def.qualified(),
                         def.options.to_comment_summary()
                     );
-                    Entry::Loaded(TableManager::start(
-                        def,
-                        self.pool.clone(),
-                        self.shutdown.child_token(),
-                        self.binlog_following.clone(),
-                    ))
+                    m.set_definition(def);
                 }
-                (Err(why), old) => {
-                    let unchanged = matches!(&old, Some(Entry::Broken(w)) if *w == why);
-                    if !unchanged {
-                        warn!("{why}");
-                    }
-                    if let Some(Entry::Loaded(m)) = old {
-                        m.stop();
-                    }
-                    Entry::Broken(why)
+                Entry::Loaded(m)
+            }
+            (Some(Ok(def)), _) => {
+                info!(
+                    "message table {} loaded: {}",
+                    def.qualified(),
+                    def.options.to_comment_summary()
+                );
+                Entry::Loaded(TableManager::start(
+                    def,
+                    self.pool.clone(),
+                    self.shutdown.child_token(),
+                    self.binlog_following.clone(),
+                ))
+            }
+            (Some(Err(why)), old) => {
+                let unchanged = matches!(&old, Some(Entry::Broken(w)) if *w == why);
+                if !unchanged {
+                    warn!("{why}");
                 }
-            };
-            next.insert(key, entry);
-        }
-        for (key, old) in tables.drain() {
-            if let Entry::Loaded(m) = old {
+                if let Some(Entry::Loaded(m)) = old {
+                    m.stop();
+                }
+                Entry::Broken(why)
+            }
+            (None, Some(Entry::Loaded(m))) => {
                 info!(
                     "message table `{}`.`{}` is gone; its streams end",
                     key.0, key.1
                 );
                 m.stop();
+                return;
             }
-        }
-        *tables = next;
-        Ok(())
-    }
-
-    /// Every `vitess_message` table with its validated definition or the reason it is invalid.
-    async fn read_definitions(
-        &self,
-    ) -> Result<Vec<(TableKey, Result<table::MessageTable, String>)>, mysql_async::Error> {
-        let mut conn = self.pool.get_conn().await?;
-        let candidates: Vec<(String, String, String)> = conn
-            .query(
-                "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES \
-                 WHERE TABLE_COMMENT LIKE 'vitess\\_message%' AND TABLE_TYPE = 'BASE TABLE'",
-            )
-            .await?;
-        if candidates.is_empty() {
-            return Ok(Vec::new());
-        }
-        let rows: Vec<Row> = conn
-            .query(
-                "SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.CHARACTER_SET_NAME, c.COLUMN_KEY, c.EXTRA \
-                 FROM information_schema.COLUMNS c JOIN information_schema.TABLES t \
-                   ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME \
-                 WHERE t.TABLE_COMMENT LIKE 'vitess\\_message%' AND t.TABLE_TYPE = 'BASE TABLE' \
-                 ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION",
-            )
-            .await?;
-        // Indexes that start with time_next, for the poller (see `poll`).
-        // COLUMN_NAME is NULL for an index part that is an expression (MySQL's functional
-        // indexes): such a part is no column, and no poller index.
-        let index_rows: Vec<(String, String, String, u32, Option<String>)> = conn
-            .query(
-                "SELECT s.TABLE_SCHEMA, s.TABLE_NAME, s.INDEX_NAME, s.SEQ_IN_INDEX, s.COLUMN_NAME \
-                 FROM information_schema.STATISTICS s JOIN information_schema.TABLES t \
-                   ON t.TABLE_SCHEMA = s.TABLE_SCHEMA AND t.TABLE_NAME = s.TABLE_NAME \
-                 WHERE t.TABLE_COMMENT LIKE 'vitess\\_message%' AND t.TABLE_TYPE = 'BASE TABLE' \
-                   AND s.SEQ_IN_INDEX <= 2",
-            )
-            .await?;
-        let mut indexes: HashMap<TableKey, Vec<(String, u32, String)>> = HashMap::new();
-        for (schema, name, index, position, column) in index_rows {
-            let Some(column) = column else {
-                continue;
-            };
-            indexes
-                .entry((schema, name))
-                .or_default()
-                .push((index, position, column));
-        }
-        let dead_letters = dead_letter_columns(&mut conn, &candidates).await?;
-        let mut columns: HashMap<TableKey, Vec<ColumnInfo>> = HashMap::new();
-        for mut row in rows {
-            let schema: String = row.take(0).unwrap_or_default();
-            let name: String = row.take(1).unwrap_or_default();
-            let column: String = row.take(2).unwrap_or_default();
-            let data_type: String = row.take(3).unwrap_or_default();
-            let charset: Option<String> = row.take(4).unwrap_or_default();
-            let key: String = row.take(5).unwrap_or_default();
-            let extra: String = row.take(6).unwrap_or_default();
-            columns.entry((schema, name)).or_default().push(ColumnInfo {
-                name: column,
-                data_type: data_type.to_ascii_lowercase(),
-                charset,
-                in_primary_key: key == "PRI",
-                set_on_update: extra.to_ascii_lowercase().contains("on update"),
-            });
-        }
-        Ok(candidates
-            .into_iter()
-            .filter_map(|(schema, name, comment)| {
-                let result = match options::parse_comment(&comment) {
-                    Ok(Some(opts)) => {
-                        // Every table has a column, so none means it was dropped between the
-                        // two queries: it is gone (as the next reload would say), not broken
-                        // ("missing required column id" was logged for such a DROP).
-                        let cols = columns.get(&(schema.clone(), name.clone()))?;
-                        table::validate(&schema, &name, opts, cols)
-                            .map(|mut def| {
-                                def.next_index = indexes
-                                    .get(&(schema.clone(), name.clone()))
-                                    .and_then(|list| {
-                                        table::NextIndex::choose(
-                                            list.iter()
-                                                .map(|(i, p, c)| (i.as_str(), *p, c.as_str())),
-                                        )
-                                    });
-                                def
-                            })
-                            .and_then(|def| {
-                                let list = indexes.get(&(schema.clone(), name.clone()));
-                                def.check_group_index(
-                                    list.into_iter()
-                                        .flatten()
-                                        .map(|(i, p, c)| (i.as_str(), *p, c.as_str())),
-                                )
-                            })
-                            .and_then(|def| {
-                                let dl =
-                                    def.options.dead_letter.as_ref().and_then(|dl| {
-                                        dead_letters.get(&(schema.clone(), dl.clone()))
-                                    });
-                                def.attach_dead_letter(dl.map(Vec::as_slice))
-                            })
-                            .map_err(|e| e.to_string())
-                    }
-                    Ok(None) => return None,
-                    Err(e) => {
-                        let cols = columns
-                            .get(&(schema.clone(), name.clone()))
-                            .map_or(&[][..], Vec::as_slice);
-                        Err(table::broken_options(&schema, &name, e, cols).to_string())
-                    }
-                };
-                Some(((schema, name), result))
-            })
-            .collect())
+            (None, _) => return,
+        };
+        tables.insert(key, entry);
     }
 }
 
-/// The column names of the `vt_dead_letter` tables the comments of `candidates` (schema, name,
-/// comment) name, by (schema, table). A comment that does not parse names none.
-async fn dead_letter_columns(
-    conn: &mut mysql_async::Conn,
-    candidates: &[(String, String, String)],
-) -> Result<HashMap<TableKey, Vec<String>>, mysql_async::Error> {
-    let wanted: Vec<(String, String)> = candidates
-        .iter()
-        .filter_map(|(schema, _, comment)| {
-            let dl = options::parse_comment(comment).ok()??.dead_letter?;
-            Some((schema.clone(), dl))
-        })
-        .collect();
-    let mut found: HashMap<TableKey, Vec<String>> = HashMap::new();
-    if wanted.is_empty() {
-        return Ok(found);
+/// A read's scope for the log: the tables it names (a few at most).
+fn describe(scope: &Scope) -> String {
+    const NAMED: usize = 5;
+    match scope {
+        Scope::All => "the whole catalog".to_string(),
+        Scope::Tables(keys) => {
+            let mut names: Vec<String> = keys
+                .iter()
+                .take(NAMED)
+                .map(|(schema, name)| super::table::qualify(schema, name))
+                .collect();
+            if keys.len() > NAMED {
+                names.push(format!("and {} more", keys.len() - NAMED));
+            }
+            names.join(", ")
+        }
     }
-    // Names as hex, so nothing in a comment becomes SQL.
-    let hex = |s: &str| {
-        format!(
-            "CONVERT(X'{}' USING utf8mb4)",
-            table::hex_upper(s.as_bytes())
-        )
-    };
-    let condition = wanted
-        .iter()
-        .map(|(schema, name)| {
-            format!(
-                "(TABLE_SCHEMA = {} AND TABLE_NAME = {})",
-                hex(schema),
-                hex(name)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" OR ");
-    let rows: Vec<(String, String, String)> = conn
-        .query(format!(
-            "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME FROM information_schema.COLUMNS \
-             WHERE {condition} ORDER BY TABLE_SCHEMA, TABLE_NAME, ORDINAL_POSITION"
-        ))
-        .await?;
-    for (schema, name, column) in rows {
-        found.entry((schema, name)).or_default().push(column);
-    }
-    Ok(found)
 }
 
 fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool {

@@ -1,6 +1,8 @@
 //! The message engine (see ../shared/MESSAGING.md).
+pub mod after_ddl;
 pub mod backoff;
 pub mod cache;
+mod catalog;
 pub mod claim_budget;
 pub mod dead_letter;
 pub mod engine;
@@ -9,6 +11,7 @@ pub mod manager;
 pub mod options;
 pub mod poll;
 pub mod purge;
+pub mod reload;
 pub mod repeated_failure;
 pub mod schedule;
 pub mod state;

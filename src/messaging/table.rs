@@ -443,7 +443,7 @@ fn same_name(a: &str, b: &str) -> bool {
     a == b || a.to_lowercase() == b.to_lowercase()
 }
 
-fn qualify(schema: &str, name: &str) -> String {
+pub(crate) fn qualify(schema: &str, name: &str) -> String {
     format!("{}.{}", quote_ident(schema), quote_ident(name))
 }
 

@@ -116,6 +116,7 @@ pub(super) fn is_word((kind, text): Spelled<'_>, word: &str) -> bool {
 }
 
 /// A [`trim_statement`]ed statement's tokens with their text, one [`SpelledTokens::next`] at a time.
+#[derive(Clone)]
 pub(super) struct SpelledTokens<'a> {
     sql: &'a [u8],
     lexer: Lexer<'a>,

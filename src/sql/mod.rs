@@ -16,6 +16,7 @@
 //!   statements, `DROP DATABASE`, ...), so unqualified `ACK`/`STREAM` tables never resolve in a stale one;
 //! - `prepare.rs` — the statement a SQL `PREPARE ... FROM '...'` / `EXECUTE IMMEDIATE '...'` spells out, so a
 //!   virtual statement prepared that way is refused for the right reason;
+//! - `ddl.rs` — which tables a DDL statement may have changed (`ddl_effect`), so only those are reloaded;
 //! - `lexer.rs` — a MariaDB-compatible lexer for the statements parsed here (positions, lines, quoting);
 //! - `reserved.rs` — the words MariaDB refuses as an unquoted table name;
 //! - `set_statement.rs` — the statement inside `SET STATEMENT var = value FOR statement` (Connector/J's query
@@ -30,6 +31,7 @@
 
 mod classify;
 pub mod current_db;
+mod ddl;
 mod kill;
 mod lexer;
 mod prepare;
@@ -44,6 +46,7 @@ mod stream_statements;
 mod property_tests;
 
 pub use classify::{classify, version_gate};
+pub use ddl::{ddl_effect, DdlEffect};
 pub use kill::{executed_kill_target, kill_query, kill_query_target, KillQueryTarget};
 pub use lexer::Quoting;
 pub use prepare::prepared_text;

@@ -20,10 +20,12 @@
 //! - `throughput` — sustained messaging against the server's own insert rate.
 //! - `backlog` — a large backlog of due rows.
 //! - `fifo` — FIFO groups (`vt_group_col`): a backlog over many keys.
+//! - `ddl` — DDL of plain and temporary tables, and of message tables, one connection.
 //! - `handqueue` — msgproxy's queue against one written by hand in SQL on the same server.
 //! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
 
 mod backlog;
+mod ddl;
 mod fifo;
 mod handqueue;
 mod messaging;
@@ -51,6 +53,7 @@ const SCENARIOS: &[&str] = &[
     "point",
     "large",
     "connect",
+    "ddl",
     "latency",
     "throughput",
     "handqueue",
@@ -75,8 +78,8 @@ pub struct Opts {
     /// The msgproxy binary (default: the one next to this binary, built first under `cargo run`).
     #[arg(long)]
     pub proxy_bin: Option<PathBuf>,
-    /// Comma-separated scenarios to run (point, large, connect, latency, throughput, handqueue,
-    /// backlog, fifo, brokers); default all.
+    /// Comma-separated scenarios to run (point, large, connect, ddl, latency, throughput,
+    /// handqueue, backlog, fifo, brokers); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Repetitions of each measurement (direct and proxy interleaved).
@@ -425,6 +428,7 @@ async fn run(mut opts: Opts) -> Result<bool, String> {
             "point" => passthrough::point_selects(&mut ctx).await,
             "large" => passthrough::large_result(&mut ctx).await,
             "connect" => passthrough::connection_setup(&mut ctx).await,
+            "ddl" => ddl::ddl(&mut ctx).await,
             "latency" => messaging::latency(&mut ctx).await,
             "throughput" => throughput::throughput(&mut ctx).await,
             "handqueue" => handqueue::handqueue(&mut ctx).await,
