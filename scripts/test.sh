@@ -47,7 +47,8 @@ step chaos-check cargo run --quiet --bin msgproxy-check -- --duration 60s
 # Connector/J (scripts/driver-suites/clients/CHECKS.md), and MariaDB's own regression tests (mysql-test-run
 # --extern, scripts/driver-suites/mariadb-test.list), straight to a throwaway MariaDB and through msgproxy: any
 # test whose outcome differs fails the step. Installs the clients and their tools on first use (Debian packages,
-# PyPI, npm); about DURATION after that. Alone: scripts/driver-suites/check.sh.
+# PyPI, npm); after that about two and a half minutes, plus four to seven for MariaDB's suite (its tests that
+# hang through msgproxy wait 30 s each). Alone: scripts/driver-suites/check.sh.
 step driver-suites bash scripts/driver-suites/check.sh
 step format cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
