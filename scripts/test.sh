@@ -43,10 +43,12 @@ step bench-smoke cargo run --quiet --bin msgproxy-bench -- --smoke
 # About 75 s; a failure prints the violations and keeps the logs. Longer runs: README, "Checking msgproxy
 # under faults".
 step chaos-check cargo run --quiet --bin msgproxy-check -- --duration 60s
-# The Go driver's and mysqlclient's own test suites, and msgproxy's checks with PyMySQL, node's mysql2 and
-# Connector/J (scripts/driver-suites/clients/CHECKS.md), straight to a throwaway MariaDB and through msgproxy: any
+# The Go driver's and mysqlclient's own test suites, msgproxy's checks with PyMySQL, node's mysql2 and
+# Connector/J (scripts/driver-suites/clients/CHECKS.md), and MariaDB's own regression tests (mysql-test-run
+# --extern, scripts/driver-suites/mariadb-test.list), straight to a throwaway MariaDB and through msgproxy: any
 # test whose outcome differs fails the step. Installs the clients and their tools on first use (Debian packages,
-# PyPI, npm); about two and a half minutes after that. Alone: scripts/driver-suites/check.sh.
+# PyPI, npm); after that about two and a half minutes, plus four to seven for MariaDB's suite (its tests that
+# hang through msgproxy wait 30 s each). Alone: scripts/driver-suites/check.sh.
 step driver-suites bash scripts/driver-suites/check.sh
 step format cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
