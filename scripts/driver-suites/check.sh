@@ -19,8 +19,7 @@
 # hangs through msgproxy is killed after 30 seconds and counts as failed.
 # The suites and their tools are installed on first use (Debian packages, PyPI) under
 # $DRIVER_SUITES_DIR, default target/driver-suites. About two and a half minutes once installed, plus
-# four to seven for mariadb-test (6 min 40 s on 2026-12-04 on a loaded 2-core machine: 1.5 straight to
-# the server, 5 through msgproxy, 2.5 of them five tests that hung there until the timeout).
+# one or two for mariadb-test (1 min 8 s in all on 2026-12-04: about 30 s each way).
 # DRIVER_SUITES_PORT (default 23306) is where the search for two free ports (server, proxy) starts.
 set -euo pipefail
 
