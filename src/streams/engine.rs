@@ -217,7 +217,6 @@ pub struct StreamEngine {
     /// This proxy's name in leases: host, process and a random part.
     pub me: String,
     reader_opts: Opts,
-    server_id: u32,
     shutdown: CancellationToken,
     table_ready: tokio::sync::OnceCell<()>,
 }
@@ -250,7 +249,6 @@ impl StreamEngine {
             groups: Mutex::new(HashMap::new()),
             me,
             reader_opts: backend.mysql_async_opts().into(),
-            server_id: 0x4D58_0000 | (rand::random::<u32>() & 0x000F_FFFF),
             shutdown,
             table_ready: tokio::sync::OnceCell::new(),
         });
@@ -356,24 +354,18 @@ impl StreamEngine {
         let row = match self.store.load(&key).await.map_err(StreamError::backend)? {
             Some(row) => row,
             None => {
-                let progress = locate::resolve(
-                    &self.reader_opts,
-                    self.server_id,
-                    &key.schema,
-                    &key.table,
-                    start,
-                )
-                .await
-                .map_err(|e| {
-                    StreamError::new(
-                        crate::protocol::commands::ER_UNKNOWN_ERROR,
-                        "HY000",
-                        format!(
-                            "cannot find where group '{}' starts in the binlog: {e}",
-                            key.group
-                        ),
-                    )
-                })?;
+                let progress = locate::resolve(&self.reader_opts, &key.schema, &key.table, start)
+                    .await
+                    .map_err(|e| {
+                        StreamError::new(
+                            crate::protocol::commands::ER_UNKNOWN_ERROR,
+                            "HY000",
+                            format!(
+                                "cannot find where group '{}' starts in the binlog: {e}",
+                                key.group
+                            ),
+                        )
+                    })?;
                 self.store
                     .create(&key, &canonical, &progress)
                     .await
@@ -514,21 +506,15 @@ impl StreamEngine {
                 ));
             }
         }
-        let progress = locate::resolve(
-            &self.reader_opts,
-            self.server_id,
-            &key.schema,
-            &key.table,
-            to,
-        )
-        .await
-        .map_err(|e| {
-            StreamError::new(
-                crate::protocol::commands::ER_UNKNOWN_ERROR,
-                "HY000",
-                format!("cannot find that position in the binlog: {e}"),
-            )
-        })?;
+        let progress = locate::resolve(&self.reader_opts, &key.schema, &key.table, to)
+            .await
+            .map_err(|e| {
+                StreamError::new(
+                    crate::protocol::commands::ER_UNKNOWN_ERROR,
+                    "HY000",
+                    format!("cannot find that position in the binlog: {e}"),
+                )
+            })?;
         let existed = self
             .store
             .seek(key, &progress)
@@ -753,7 +739,6 @@ impl StreamEngine {
             group.changed.notify_waiters();
             let target = ReaderTarget {
                 opts: self.reader_opts.clone(),
-                server_id: self.server_id ^ (rand::random::<u32>() & 0xFFFF),
                 schema: group.key.schema.clone(),
                 table: group.key.table.clone(),
             };
@@ -907,7 +892,7 @@ impl StreamEngine {
         match e {
             ReaderError::PositionGone { at, .. } => {
                 let position = group.lock().state.as_ref().map_or(0, GroupState::floor);
-                let oldest = locate::oldest_event(&self.reader_opts, self.server_id)
+                let oldest = locate::oldest_event(&self.reader_opts)
                     .await
                     .ok()
                     .flatten()
