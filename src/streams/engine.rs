@@ -219,6 +219,10 @@ pub struct StreamEngine {
     reader_opts: Opts,
     shutdown: CancellationToken,
     table_ready: tokio::sync::OnceCell<()>,
+    /// The groups' tasks: at shutdown each saves its group's progress and gives its lease up
+    /// (so another proxy takes over at once, not when the lease runs out); [`Self::stopped`]
+    /// waits for that.
+    tasks: tokio_util::task::TaskTracker,
 }
 
 impl StreamEngine {
@@ -251,6 +255,7 @@ impl StreamEngine {
             reader_opts: backend.mysql_async_opts().into(),
             shutdown,
             table_ready: tokio::sync::OnceCell::new(),
+            tasks: tokio_util::task::TaskTracker::new(),
         });
         // Stream tables are read when a statement names one the registry does not know, and
         // then again every RELOAD_EVERY (for changed options) — only once some are known: a
@@ -272,6 +277,13 @@ impl StreamEngine {
             }
         });
         engine
+    }
+
+    /// Waits (at most `limit`) for the groups' tasks to save and let go after the shutdown
+    /// token fired.
+    pub async fn stopped(&self, limit: Duration) {
+        self.tasks.close();
+        let _ = tokio::time::timeout(limit, self.tasks.wait()).await;
     }
 
     /// The stream table `schema`.`name`; a miss reads the tables again first (a table created a
@@ -417,7 +429,7 @@ impl StreamEngine {
                         stop: self.shutdown.child_token(),
                     });
                     groups.insert(key.clone(), group.clone());
-                    tokio::spawn(self.clone().run(group.clone()));
+                    self.tasks.spawn(self.clone().run(group.clone()));
                     group
                 }
             }
