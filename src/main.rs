@@ -99,7 +99,7 @@ async fn run(config: Config) -> std::process::ExitCode {
     ctx.stream_engine = Some(stream_engine.clone());
     if let Some(listener) = metrics_listener {
         let registry = msgproxy::metrics::Registry {
-            streams: Some(stream_engine),
+            streams: Some(stream_engine.clone()),
             proxy: ctx.metrics.clone(),
             engine: Some(engine),
             binlog: Some(msgproxy::metrics::BinlogView {
@@ -136,6 +136,9 @@ async fn run(config: Config) -> std::process::ExitCode {
     tokio::spawn(stop_on_signal(shutdown));
     server.run().await;
     binlog.stopped(std::time::Duration::from_secs(2)).await;
+    stream_engine
+        .stopped(std::time::Duration::from_secs(2))
+        .await;
     info!("msgproxy stopped");
     std::process::ExitCode::SUCCESS
 }

@@ -192,7 +192,12 @@ async fn a_100000_row_transaction_arrives_whole_and_in_order() {
          SELECT 'bulk', '{}' FROM seq_1_to_100000",
     )
     .await;
+    let started = std::time::Instant::now();
     let got = s.recv_n(100_000, secs(120)).await;
+    eprintln!(
+        "a 100,000-row transaction: committed to the last event received in {:?}",
+        started.elapsed()
+    );
     let event_ids = ids(&got);
     assert!(event_ids.windows(2).all(|w| w[0] < w[1]), "in commit order");
     let rows = row_ids(&got);

@@ -356,3 +356,35 @@ async fn a_table_dropped_and_created_again_starts_a_new_stream() {
     s.close();
     env.server.stop();
 }
+
+#[tokio::test]
+async fn a_proxy_stopped_with_sigterm_hands_its_group_over_at_once() {
+    let env = Env::new("evs_sigterm").await;
+    env.ddl(&orders_events(",ack_wait=60")).await;
+    let other = env.second_proxy();
+    let mut a = stream(&env, "* FROM orders_events GROUP 'g'").await;
+    let mut b = stream_on(&env, other.port(), "* FROM orders_events GROUP 'g'").await;
+    let first = insert_direct(&env, 6, 6, "a").await;
+    let got = a.recv_n(6, secs(20)).await;
+    assert_eq!(row_ids(&got), first);
+    let mut c = crate::messaging::harness::connect(env.proxy.port(), &env.db).await;
+    assert_eq!(ack(&mut c, "orders_events", "g", &ids(&got[..2])).await, 2);
+    drop(c);
+    // SIGTERM: the serving proxy saves its group and gives the lease up as it stops, so the
+    // other takes over well before the 10 s lease would have run out.
+    let pid = env.proxy.pid().expect("a process") as libc::pid_t;
+    // SAFETY: a plain kill(2) of the proxy process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let started = std::time::Instant::now();
+    let taken = b.recv_n(4, secs(8)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        started.elapsed()
+    );
+    let rows: BTreeSet<i64> = row_ids(&taken).into_iter().collect();
+    let expected: BTreeSet<i64> = first[2..].iter().copied().collect();
+    assert_eq!(rows, expected, "the unacked events, not the acked");
+    a.close();
+    b.close();
+}

@@ -157,3 +157,31 @@ async fn a_table_written_in_two_gtid_domains_stops_its_group_with_the_reason() {
         Ok(m) => panic!("an event of another domain was delivered: {m:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_backend_user_that_may_not_read_the_binlog_is_told_the_grant() {
+    let server = crate::support::MariaDb::shared();
+    {
+        let mut c = crate::messaging::harness::connect(server.port(), "test").await;
+        for sql in [
+            "CREATE USER IF NOT EXISTS 'evs_norepl'@'%'",
+            "GRANT ALL ON `evs_denied`.* TO 'evs_norepl'@'%'",
+            "GRANT ALL ON `test`.* TO 'evs_norepl'@'%'",
+            "GRANT BINLOG MONITOR ON *.* TO 'evs_norepl'@'%'",
+        ] {
+            exec(&mut c, sql).await.unwrap();
+        }
+    }
+    let url = format!("mysql://evs_norepl@127.0.0.1:{}/test", server.port());
+    let env = Env::on_url(server, "evs_denied", &url, &[]).await;
+    env.ddl(&orders_events("")).await;
+    let sql = "STREAM * FROM orders_events GROUP 'g'";
+    let why = match Stream::open(env.proxy.port(), &env.db, sql).await {
+        Err(f) => format!("{f:?}"),
+        Ok(mut s) => match s.recv_or_end(secs(20)).await {
+            Err(why) => why,
+            Ok(m) => panic!("{sql}: expected an error, got {m:?}"),
+        },
+    };
+    assert!(why.contains("GRANT REPLICATION SLAVE"), "{why}");
+}

@@ -61,20 +61,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
 
     /// Answers a statement the classifier marked virtual.
     pub(super) async fn serve_virtual(&mut self, sql: &[u8]) -> Result<(), SessionEnd> {
-        // Event-stream statements (docs/STREAMS.md) have a grammar of their own.
-        if let Some(parsed) = crate::sql::parse_stream_statement(sql, self.quoting()) {
-            return self.serve_stream_statement(parsed).await;
-        }
         let statement = match crate::sql::parse_virtual_in(sql, self.quoting()) {
             Ok(s) => s,
             Err(e) => {
+                // Event-stream statements (docs/STREAMS.md) have a grammar of their own, tried
+                // only when the message-table grammar fails: a long message statement is read once.
+                if let Some(parsed) = crate::sql::parse_stream_statement(sql, self.quoting()) {
+                    return self.serve_stream_statement(parsed).await;
+                }
                 return self
                     .reply_error(ErrorPacket::new(
                         crate::sql::SyntaxError::CODE,
                         crate::sql::SyntaxError::SQLSTATE,
                         e.message(),
                     ))
-                    .await
+                    .await;
             }
         };
         match statement {

@@ -114,6 +114,11 @@ pub fn is_stream_statement(sql: &[u8]) -> bool {
             && parser(sql, Quoting::DEFAULT).statement().is_ok();
     }
     if word(first, "STREAM") || word(first, "ACK") {
+        // Most are message-table statements, some very long (an ACK of a million ids): a
+        // statement without the letters `group` anywhere is not lexed to its end.
+        if !contains_group(sql) {
+            return false;
+        }
         loop {
             let t = lexer.next_token();
             match t.kind {
@@ -125,6 +130,12 @@ pub fn is_stream_statement(sql: &[u8]) -> bool {
         }
     }
     false
+}
+
+/// Whether `group` appears in `sql`, in any letter case.
+fn contains_group(sql: &[u8]) -> bool {
+    sql.windows(5)
+        .any(|w| w[0] | 0x20 == b'g' && w.eq_ignore_ascii_case(b"group"))
 }
 
 /// Parses `sql` if it is an event-stream statement ([`is_stream_statement`]); `None` otherwise.

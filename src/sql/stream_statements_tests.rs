@@ -249,3 +249,11 @@ fn never_panics_on_prefixes() {
         }
     }
 }
+
+#[test]
+fn long_message_statements_are_not_stream_statements() {
+    let sql = format!("STREAM * FROM m /* {} */", "x".repeat(1 << 20));
+    assert!(!is_stream_statement(sql.as_bytes()));
+    let sql = format!("STREAM * FROM m GROUP 'g' /* {} */", "x".repeat(1 << 20));
+    assert!(is_stream_statement(sql.as_bytes()));
+}

@@ -34,14 +34,13 @@ const LOG_EVENT_ARTIFICIAL_F: u16 = 0x20;
 /// new stream.
 pub async fn resolve(
     opts: &Opts,
-    server_id: u32,
     schema: &str,
     table: &str,
     target: Target,
 ) -> Result<Progress, String> {
-    let mut progress = resolve_anywhere(opts, server_id, target).await?;
+    let mut progress = resolve_anywhere(opts, target).await?;
     if target != Target::Latest {
-        if let Some(created) = last_creation(opts, server_id, schema, table).await? {
+        if let Some(created) = last_creation(opts, schema, table).await? {
             let key = |p: &BinlogPosition| (p.file.clone(), p.pos);
             if key(&progress.resume) < key(&created) {
                 progress.resume = created;
@@ -51,7 +50,7 @@ pub async fn resolve(
     Ok(progress)
 }
 
-async fn resolve_anywhere(opts: &Opts, server_id: u32, target: Target) -> Result<Progress, String> {
+async fn resolve_anywhere(opts: &Opts, target: Target) -> Result<Progress, String> {
     let latest = || async {
         let mut conn = Conn::new(opts.clone()).await.map_err(|e| e.to_string())?;
         let pos = crate::binlog::watcher::current_position(&mut conn)
@@ -73,7 +72,7 @@ async fn resolve_anywhere(opts: &Opts, server_id: u32, target: Target) -> Result
             acked: Vec::new(),
         }),
         Target::Timestamp(ts) => {
-            let found = scan(opts, server_id, |seq, at| (at >= ts).then_some(seq)).await?;
+            let found = scan(opts, |seq, at| (at >= ts).then_some(seq)).await?;
             Ok(match found {
                 Some((seq, resume)) => Progress {
                     floor: event_id(seq, 0),
@@ -89,7 +88,7 @@ async fn resolve_anywhere(opts: &Opts, server_id: u32, target: Target) -> Result
         }
         Target::Event(id) => {
             let want = seq_no_of(id);
-            let found = scan(opts, server_id, |seq, _| (seq >= want).then_some(seq)).await?;
+            let found = scan(opts, |seq, _| (seq >= want).then_some(seq)).await?;
             Ok(match found {
                 Some((_, resume)) => Progress {
                     floor: id,
@@ -107,8 +106,8 @@ async fn resolve_anywhere(opts: &Opts, server_id: u32, target: Target) -> Result
 }
 
 /// The id of the oldest transaction's first possible event the binlog holds, if any.
-pub async fn oldest_event(opts: &Opts, server_id: u32) -> Result<Option<u64>, String> {
-    Ok(scan(opts, server_id, |seq, _| Some(seq))
+pub async fn oldest_event(opts: &Opts) -> Result<Option<u64>, String> {
+    Ok(scan(opts, |seq, _| Some(seq))
         .await?
         .map(|(seq, _)| event_id(seq, 0)))
 }
@@ -130,11 +129,10 @@ async fn earliest_file(opts: &Opts) -> Result<BinlogPosition, String> {
 /// event (by seq_no and commit time); returns its seq_no and where its transaction starts.
 async fn scan(
     opts: &Opts,
-    server_id: u32,
     want: impl Fn(u64, u64) -> Option<u64>,
 ) -> Result<Option<(u64, BinlogPosition)>, String> {
     let mut found = None;
-    scan_events(opts, server_id, |file, event| {
+    scan_events(opts, |file, event| {
         let header = event.header();
         if header.event_type_raw() != MARIADB_GTID_EVENT {
             return false;
@@ -166,12 +164,11 @@ async fn scan(
 /// `None` when the binlog holds no such statement.
 pub async fn last_creation(
     opts: &Opts,
-    server_id: u32,
     schema: &str,
     table: &str,
 ) -> Result<Option<BinlogPosition>, String> {
     let mut last = None;
-    scan_events(opts, server_id, |file, event| {
+    scan_events(opts, |file, event| {
         if event.header().event_type_raw() != QUERY_EVENT {
             return false;
         }
@@ -194,7 +191,6 @@ pub async fn last_creation(
 /// file it is in to `visit` until it says stop.
 async fn scan_events(
     opts: &Opts,
-    server_id: u32,
     mut visit: impl FnMut(&str, &Event) -> bool,
 ) -> Result<(), String> {
     let start = earliest_file(opts).await?;
@@ -202,7 +198,7 @@ async fn scan_events(
     conn.query_drop("SET @mariadb_slave_capability = 4")
         .await
         .map_err(|e| e.to_string())?;
-    let request = BinlogStreamRequest::new(server_id)
+    let request = BinlogStreamRequest::new(super::reader::replica_id())
         .with_filename(start.file.as_bytes())
         .with_pos(start.pos)
         .with_non_blocking();

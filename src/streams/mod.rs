@@ -11,7 +11,8 @@
 //! - `filter.rs` — a group's `WHERE` filter over an event's values;
 //! - `group.rs` — one group's delivery state without I/O (position, acked, in flight);
 //! - `store.rs` — the groups' durable progress and leases in msgproxy's own table;
-//! - `engine.rs` — the groups this proxy serves: one task each, reading, delivering, saving;
+//! - `engine.rs` — the groups this proxy serves and the statements on them;
+//! - `group_task.rs` — one group's task: lease, reader, deliveries, saves;
 //! - `serve.rs` — one `STREAM ... GROUP` on a client session.
 
 pub mod ddl;

@@ -120,15 +120,23 @@ pub enum ReaderError {
         "the table was dropped or renamed at binlog position {0}; its groups are gone with it"
     )]
     TableGone(BinlogPosition),
+    #[error("msgproxy's backend user may not read the binlog ({0}): GRANT REPLICATION SLAVE ON *.* TO that user")]
+    Denied(String),
     #[error("the table is written in GTID domains {0} and {1}: event ids are GTID sequence numbers, which only one domain keeps in commit order; write the table from one gtid_domain_id")]
     Domains(u32, u32),
+}
+
+/// A replica server id for one binlog connection: MariaDB drops an older replica connection
+/// that registers the same id, so every reader and scan of every proxy takes a fresh random one,
+/// from the upper half of the range (the message watcher's are `0x4D5xxxxx`).
+pub fn replica_id() -> u32 {
+    0x8000_0000 | (rand::random::<u32>() & 0x7FFF_FFFF)
 }
 
 /// Where a reader reads, and for which table.
 #[derive(Clone)]
 pub struct ReaderTarget {
     pub opts: Opts,
-    pub server_id: u32,
     pub schema: String,
     pub table: String,
 }
@@ -159,6 +167,10 @@ pub async fn run(
                 let _ = tx
                     .send(ReaderMsg::Failed(ReaderError::PositionGone { at, why }))
                     .await;
+                return;
+            }
+            Ok(Err(OpenError::Denied(why))) => {
+                let _ = tx.send(ReaderMsg::Failed(ReaderError::Denied(why))).await;
                 return;
             }
             Ok(Err(OpenError::Other(why))) => {
@@ -200,6 +212,8 @@ pub async fn run(
 
 enum OpenError {
     Gone(String),
+    /// The backend user may not read the binlog: retrying will not help.
+    Denied(String),
     Other(String),
 }
 
@@ -216,12 +230,15 @@ async fn open(target: &ReaderTarget, at: &BinlogPosition) -> Result<BinlogStream
     conn.query_drop("SET @mariadb_slave_capability = 4")
         .await
         .map_err(other)?;
-    let request = BinlogStreamRequest::new(target.server_id)
+    let request = BinlogStreamRequest::new(replica_id())
         .with_filename(at.file.as_bytes())
         .with_pos(at.pos);
     match conn.get_binlog_stream(request).await {
         Ok(s) => Ok(s),
         Err(mysql_async::Error::Server(e)) if e.code == 1236 => Err(OpenError::Gone(e.message)),
+        Err(mysql_async::Error::Server(e)) if matches!(e.code, 1044 | 1045 | 1142 | 1227) => {
+            Err(OpenError::Denied(e.message))
+        }
         Err(e) => Err(other(e)),
     }
 }

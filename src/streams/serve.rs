@@ -148,12 +148,12 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
         changed.as_mut().enable();
         match group.mode() {
             Mode::Failed(why) | Mode::Gone(why) => {
-                let code = if why.contains("was dropped") {
-                    ER_NO_SUCH_TABLE
+                let (code, sqlstate) = if why.contains("was dropped") {
+                    (ER_NO_SUCH_TABLE, "42S02")
                 } else {
-                    ER_UNKNOWN_ERROR
+                    (ER_UNKNOWN_ERROR, "HY000")
                 };
-                let err = ErrorPacket::new(code, "HY000", why);
+                let err = ErrorPacket::new(code, sqlstate, why);
                 return end_with(client, seq, &err.encode(true)).await;
             }
             Mode::Serving | Mode::Starting | Mode::Waiting(_) => {}
