@@ -6,7 +6,7 @@
 use mysql_async::prelude::Queryable;
 
 use super::harness::{ack, exec, secs, Env};
-use super::work_queue::show_row;
+use super::work_queue::{eventually, show_row};
 use crate::support::metrics::{sample, scrape};
 use crate::support::process::free_port;
 use crate::support::{wait_for_log, Failure, MariaDb};
@@ -34,6 +34,16 @@ async fn env_with_metrics(db: &str, metrics_port: u16) -> Env {
 }
 
 const DEAD: i64 = i64::MAX;
+
+/// Waits until `SHOW MESSAGE TABLES` shows `want` dead messages in `table` (counted at each purge
+/// tick, every 0.5 s here).
+async fn dead_shown(env: &Env, table: &str, want: &str) {
+    eventually(secs(5.0), &format!("Dead = {want}"), || async {
+        let dead = show_row(env, table).await["Dead"].clone();
+        (dead != want).then_some(dead)
+    })
+    .await;
+}
 
 #[tokio::test]
 async fn a_message_sent_max_attempts_times_dies_in_place_and_comes_back_with_redrive() {
@@ -66,7 +76,7 @@ async fn a_message_sent_max_attempts_times_dies_in_place_and_comes_back_with_red
         .await
         .expect("plain SQL");
     assert_eq!(dead, Some(1));
-    assert_eq!(show_row(&env, "q").await["Dead"], "1");
+    dead_shown(&env, "q", "1").await;
     let labels = [("schema", "msg_dead_in_place"), ("table", "q")];
     assert_eq!(
         sample(
@@ -88,7 +98,7 @@ async fn a_message_sent_max_attempts_times_dies_in_place_and_comes_back_with_red
         "attempts start again"
     );
     assert_eq!(exec(&mut c, "REDRIVE q 1, 2").await.expect("REDRIVE"), 0);
-    assert_eq!(show_row(&env, "q").await["Dead"], "0");
+    dead_shown(&env, "q", "0").await;
     assert_eq!(
         sample(
             &scrape(mport).await,
@@ -137,7 +147,7 @@ async fn a_dead_message_moves_to_the_dead_letter_table_and_back() {
         (moved[0].3, moved[0].4.as_str()),
         (1, "max attempts reached")
     );
-    assert_eq!(show_row(&env, "q").await["Dead"], "2");
+    dead_shown(&env, "q", "2").await;
 
     assert_eq!(exec(&mut c, "REDRIVE q 1").await.expect("REDRIVE"), 1);
     let back = s.recv(secs(5.0)).await.expect("redriven");

@@ -63,7 +63,7 @@ pub async fn show_row(env: &Env, table: &str) -> std::collections::BTreeMap<Stri
 }
 
 /// Waits (at most `within`) until `check` holds, or panics with `what`.
-async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<String>>,

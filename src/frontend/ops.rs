@@ -33,10 +33,10 @@ const COLUMNS: [(&str, &str); 14] = [
     ("Redelivered", "CAST(18446744073709551615 AS UNSIGNED)"),
     ("Purged", "CAST(18446744073709551615 AS UNSIGNED)"),
     ("Oldest_due_age", "CAST(0 AS DECIMAL(20,3))"),
-    // Dead messages (MESSAGING.md §9): counted in the table (or its `vt_dead_letter` table)
-    // by the server as it answers; NULL without `vt_max_attempts`.
+    // Dead messages (MESSAGING.md §9), in the table or its `vt_dead_letter` table, as the
+    // engine counted them at its last purge tick; NULL without `vt_max_attempts`.
     ("Dead", "CAST(18446744073709551615 AS UNSIGNED)"),
-    // FIFO groups (§11) with a message in flight, counted by the server; NULL without
+    // FIFO groups (§11) with a message in flight, counted likewise; NULL without
     // `vt_group_col`.
     ("Keys_in_flight", "CAST(18446744073709551615 AS UNSIGNED)"),
 ];
@@ -83,6 +83,11 @@ fn count(n: u64) -> String {
     format!("CAST({n} AS UNSIGNED)")
 }
 
+/// A count that may be unknown: [`count`], or a NULL typed as one.
+fn maybe_count(n: Option<u64>) -> String {
+    n.map_or("CAST(NULL AS UNSIGNED)".to_string(), count)
+}
+
 /// The `SELECT` that answers `SHOW MESSAGE TABLES` for `tables`: a typed placeholder row that
 /// selects nothing, then one row of literals per table. Strings are hex literals converted to
 /// utf8mb4, so neither quotes in a reason nor the session's `sql_mode` can change the statement.
@@ -117,8 +122,8 @@ fn show_message_tables_sql(tables: &[((String, String), Lookup)], now_ns: i64) -
                     count(c.acked),
                     count(c.redelivered),
                     count(c.purged),
-                    crate::messaging::dead_letter::count_sql(&m.definition()),
-                    crate::messaging::groups::keys_in_flight_sql(&m.definition(), now_ns),
+                    maybe_count(s.dead),
+                    maybe_count(s.keys_in_flight),
                 );
             }
             Lookup::Broken(why) => {

@@ -179,20 +179,19 @@ pub fn redrive_in_place(def: &MessageTable, ids: Option<&str>, now_ns: i64) -> S
     )
 }
 
-/// A `SHOW MESSAGE TABLES` expression counting `def`'s dead messages (in place, or in the
-/// dead-letter table); `NULL` without `vt_max_attempts`.
-pub fn count_sql(def: &MessageTable) -> String {
-    match (&def.options.max_attempts, &def.dead_letter) {
-        (None, _) => "CAST(NULL AS UNSIGNED)".to_string(),
-        (Some(_), Some(dl)) => format!(
-            "(SELECT CAST(COUNT(*) AS UNSIGNED) FROM {})",
-            dl.qualified(def)
-        ),
-        (Some(_), None) => format!(
-            "(SELECT CAST(COUNT(*) AS UNSIGNED) FROM {} WHERE {} AND {})",
+/// The query counting `def`'s dead messages (in place, or in the dead-letter table); `None`
+/// without `vt_max_attempts`. Run by the engine at each purge tick (see `TableManager::purge`),
+/// not in the client's session: a client may not be allowed to read the dead-letter table, and a
+/// table dropped a moment ago must not fail `SHOW MESSAGE TABLES`.
+pub fn count_sql(def: &MessageTable) -> Option<String> {
+    def.options.max_attempts?;
+    Some(match &def.dead_letter {
+        Some(dl) => format!("SELECT COUNT(*) FROM {}", dl.qualified(def)),
+        None => format!(
+            "SELECT COUNT(*) FROM {} WHERE {} AND {}",
             def.qualified(),
             state::DEAD_SQL,
             state::UNACKED_SQL
         ),
-    }
+    })
 }

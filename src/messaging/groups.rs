@@ -167,18 +167,16 @@ pub fn blocked_sql(def: &MessageTable, ids: &str) -> Option<String> {
     ))
 }
 
-/// A `SHOW MESSAGE TABLES` expression: the groups with a message in flight (sent, its ack wait
-/// not over, unacked, not dead); NULL without `vt_group_col`.
-pub fn keys_in_flight_sql(def: &MessageTable, now_ns: i64) -> String {
-    let Some(group) = &def.group_column else {
-        return "CAST(NULL AS UNSIGNED)".to_string();
-    };
-    format!(
-        "(SELECT CAST(COUNT(DISTINCT {group}) AS UNSIGNED) FROM {table} WHERE {group} IS NOT NULL \
-         AND {unacked} AND `time_next` > {now_ns} AND `time_next` <> {dead} AND `epoch` > 0)",
-        group = quote_ident(group),
+/// The query counting the groups with a message in flight (sent, its ack wait not over, unacked,
+/// not dead); `None` without `vt_group_col`. Run by the engine at each purge tick, like
+/// `dead_letter::count_sql`.
+pub fn keys_in_flight_sql(def: &MessageTable, now_ns: i64) -> Option<String> {
+    let group = quote_ident(def.group_column.as_deref()?);
+    Some(format!(
+        "SELECT COUNT(DISTINCT {group}) FROM {table} WHERE {group} IS NOT NULL \
+         AND {unacked} AND `time_next` > {now_ns} AND `time_next` <> {dead} AND `epoch` > 0",
         table = def.qualified(),
         unacked = state::UNACKED_SQL,
         dead = state::DEAD_TIME_NEXT,
-    )
+    ))
 }

@@ -72,6 +72,9 @@ pub struct TableManager {
     /// With `vt_group_col`: the group where the last poll's walk of the groups stopped (see
     /// `groups::heads`), so that every group comes in turn.
     group_cursor: Mutex<Option<Value>>,
+    /// Dead messages and FIFO groups in flight, counted at each purge tick (for `SHOW MESSAGE
+    /// TABLES` and the gauges).
+    counts: Mutex<(Option<u64>, Option<u64>)>,
 }
 
 /// A stream with a `WHERE` condition: it is handed no batches (the manager does not know which
@@ -188,6 +191,7 @@ impl TableManager {
             due_signal: watch::Sender::new(0),
             watchers: AtomicUsize::new(0),
             group_cursor: Mutex::new(None),
+            counts: Mutex::new((None, None)),
         });
         let runner = manager.clone();
         tokio::spawn(async move { runner.run().await });
@@ -230,6 +234,8 @@ impl TableManager {
 
     /// The manager's state now, for gauges. Cheap: one lock, a pass over the cache.
     pub fn snapshot(&self) -> super::stats::ManagerSnapshot {
+        // Copied out first: a guard taken inside the struct expression below lives to its end.
+        let counts = *self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let state = self.lock();
         super::stats::ManagerSnapshot {
             subscribers: state.subscribers.len(),
@@ -238,6 +244,8 @@ impl TableManager {
             scheduled: state.schedule.len(),
             oldest_due_ns: state.cache.oldest_time_next(),
             held_unacked: state.unacked.total(),
+            dead: counts.0,
+            keys_in_flight: counts.1,
         }
     }
 
@@ -755,12 +763,31 @@ impl TableManager {
         }
     }
 
+    /// Counts the dead messages and the FIFO groups in flight, for tables with those options
+    /// (two index-friendly reads, once a `vt_poller_interval`). A failure leaves the count
+    /// unknown until the next tick.
+    async fn count(&self, conn: &mut mysql_async::Conn, def: &MessageTable) {
+        let dead = count_one(conn, def, super::dead_letter::count_sql(def)).await;
+        let keys = count_one(
+            conn,
+            def,
+            super::groups::keys_in_flight_sql(def, state::now_ns()),
+        )
+        .await;
+        *self.counts.lock().unwrap_or_else(|e| e.into_inner()) = (dead, keys);
+    }
+
     /// Deletes acked rows older than `vt_purge_after` (see `purge`).
     async fn purge(&self) {
         let def = self.definition();
         let purged = match self.pool.get_conn().await {
             Ok(mut conn) => {
-                super::purge::acked_rows(&mut conn, &def, &self.stats, &self.stop).await
+                let purged =
+                    super::purge::acked_rows(&mut conn, &def, &self.stats, &self.stop).await;
+                if purged.is_ok() {
+                    self.count(&mut conn, &def).await;
+                }
+                purged
             }
             Err(e) => Err(e),
         };
@@ -769,6 +796,22 @@ impl TableManager {
             Ok(()) => self.purge_failures.succeeded(job),
             Err(e) if table_gone(&e) => debug!("{job}: the table is gone: {e}"),
             Err(e) => self.purge_failures.failed(job, e),
+        }
+    }
+}
+
+/// The one number `sql` (a `COUNT`) answers; `None` without a query, or when it fails.
+async fn count_one(
+    conn: &mut mysql_async::Conn,
+    def: &MessageTable,
+    sql: Option<String>,
+) -> Option<u64> {
+    use mysql_async::prelude::Queryable;
+    match conn.query_first::<u64, _>(sql?).await {
+        Ok(n) => n,
+        Err(e) => {
+            debug!("{}: counting: {e}", def.qualified());
+            None
         }
     }
 }

@@ -170,6 +170,11 @@ pub struct ManagerSnapshot {
     /// Messages this proxy's streams hold sent and not yet acked, as counted for
     /// `vt_max_unacked` (0 without it).
     pub held_unacked: usize,
+    /// Dead messages (`vt_max_attempts`), as counted at the last purge tick; `None` without the
+    /// option or before the first count.
+    pub dead: Option<u64>,
+    /// FIFO groups with a message in flight (`vt_group_col`), as counted at the last purge tick.
+    pub keys_in_flight: Option<u64>,
 }
 
 impl ManagerSnapshot {
