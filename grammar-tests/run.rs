@@ -559,8 +559,7 @@ fn check(case: &Case) -> Option<String> {
             Err((got_code, got_near, got_line, message, expects)),
         ) => {
             // The message must be MariaDB's, with what the record says in it. msgproxy's own
-            // statements also say how they are written: the message-table statements first
-            // ("msgproxy expects ..."), the event-stream statements after MariaDB's words.
+            // statements also say how they are written ("msgproxy expects ...").
             let ours = matches!(
                 got.keyword,
                 Keyword::Stream | Keyword::Ack | Keyword::Nack | Keyword::Extend | Keyword::Redrive

@@ -16,7 +16,7 @@
 //! (without it they are message-table statements); `DROP GROUP 'g' ON t` and `SHOW STREAM GROUPS`
 //! only in exactly these forms: every other `DROP` and `SHOW`, malformed look-alikes included,
 //! is relayed and the server answers it. A `STREAM`/`ACK`/`SEEK` that is ours but malformed gets
-//! error 1064 in MariaDB's words with the syntax msgproxy expects appended; a filter using a construct the filter grammar lacks gets
+//! error 1064 saying the syntax msgproxy expects, then MariaDB's `near '...' at line N`; a filter using a construct the filter grammar lacks gets
 //! error 1235 (ER_NOT_SUPPORTED_YET) naming it.
 
 use super::lexer::{string_value, trim_statement, Lexer, Quoting, Token, TokenKind};
@@ -258,9 +258,10 @@ impl Parser<'_> {
         let line = token.line;
         let message = match message {
             Some(m) => format!("{m} (near '{near}' at line {line})"),
+            // Worded as the message-table statements' syntax errors (`SyntaxError::message`).
             None => format!(
-                "You have an error in your SQL syntax; check the manual that corresponds to your MariaDB server \
-                 version for the right syntax to use near '{near}' at line {line}; msgproxy expects: {}",
+                "You have an error in your SQL syntax; msgproxy expects {}; check the statement near \
+                 '{near}' at line {line}",
                 self.syntax
             ),
         };
