@@ -3,11 +3,18 @@
 //! take (end it whatever it waits for): through the message engine's pool, logged in as the
 //! proxy's own backend user, which every backend session is.
 
+use std::time::Duration;
+
 use mysql_async::prelude::Queryable;
 use mysql_async::Pool;
 use tracing::debug;
 
 use crate::relay::{BackendSessions, BoxFuture};
+
+/// The longest either question may take: the pool is shared with the message engine and the
+/// server may be slow to answer; a relay waiting on the answer reads nothing meanwhile, and a
+/// session's end must not wait long for its KILL.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// [`BackendSessions`] over a `mysql_async` pool.
 pub struct PoolSessions {
@@ -23,28 +30,40 @@ impl PoolSessions {
 impl BackendSessions for PoolSessions {
     fn is_idle(&self, connection_id: u32) -> BoxFuture<'_, Option<bool>> {
         Box::pin(async move {
-            let mut conn = self.pool.get_conn().await.ok()?;
-            let command: Option<String> = conn
-                .exec_first(
-                    "SELECT COMMAND FROM information_schema.PROCESSLIST WHERE ID = ?",
-                    (connection_id,),
-                )
+            let ask = async {
+                let mut conn = self.pool.get_conn().await.ok()?;
+                let command: Option<String> = conn
+                    .exec_first(
+                        "SELECT COMMAND FROM information_schema.PROCESSLIST WHERE ID = ?",
+                        (connection_id,),
+                    )
+                    .await
+                    .ok()?;
+                // `Sleep`: between commands. Anything else (Query, Execute, Fetch, Killed, ...)
+                // is work the server may still answer.
+                command.map(|c| c.eq_ignore_ascii_case("Sleep"))
+            };
+            tokio::time::timeout(ANSWER_WITHIN, ask)
                 .await
-                .ok()?;
-            // `Sleep`: between commands. Anything else (Query, Execute, Fetch, Killed, ...)
-            // is work the server may still answer.
-            command.map(|c| c.eq_ignore_ascii_case("Sleep"))
+                .ok()
+                .flatten()
         })
     }
 
     fn kill(&self, connection_id: u32) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let result = async {
+            let kill = async {
                 let mut conn = self.pool.get_conn().await?;
                 conn.query_drop(format!("KILL CONNECTION {connection_id}"))
                     .await
-            }
-            .await;
+            };
+            let Ok(result) = tokio::time::timeout(ANSWER_WITHIN, kill).await else {
+                debug!(
+                    connection_id,
+                    "no answer to the KILL of a vanished client's backend session"
+                );
+                return;
+            };
             match result {
                 Ok(()) => debug!(
                     connection_id,
