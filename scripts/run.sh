@@ -43,4 +43,8 @@ if [ "$need_backend" -eq 1 ]; then
     set -- --backend "$url" "$@"
 fi
 
+# The first release build takes several minutes (about six on two cores): say so instead of going quiet.
+if [ ! -x "$MSGPROXY_REPO/target/release/msgproxy" ]; then
+    msgproxy_info "msgproxy: building the release binary (the first build takes several minutes) ..."
+fi
 exec cargo run --release --bin msgproxy -- "$@"

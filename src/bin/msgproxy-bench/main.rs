@@ -462,7 +462,7 @@ async fn run(mut opts: Opts) -> Result<bool, String> {
         loads.join(", ")
     );
     println!();
-    report::print_table(&ctx.rows);
+    report::print_table(&ctx.rows, ctx.opts.smoke);
     if !failed.is_empty() {
         println!();
         println!("FAILED to run: {}", failed.join(", "));
