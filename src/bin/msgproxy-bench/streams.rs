@@ -235,12 +235,23 @@ struct CommitTimes {
     /// Ids from this one on were due after the warm-up: their latencies count.
     measure_from: u64,
     at: Vec<AtomicU64>,
+    /// When each id's INSERT was sent (same form as `at`).
+    sent: Vec<AtomicU64>,
 }
 
 impl CommitTimes {
     fn slot(&self, id: u64) -> Option<&AtomicU64> {
         id.checked_sub(self.first)
             .and_then(|i| self.at.get(usize::try_from(i).ok()?))
+    }
+
+    fn sent_slot(&self, id: u64) -> Option<&AtomicU64> {
+        id.checked_sub(self.first)
+            .and_then(|i| self.sent.get(usize::try_from(i).ok()?))
+    }
+
+    fn now(&self) -> u64 {
+        self.base.elapsed().as_nanos() as u64 + 1
     }
 }
 
@@ -266,6 +277,7 @@ async fn stream_run(
             first: first_id,
             measure_from: first_id + (warm.as_secs_f64() * rate) as u64,
             at: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            sent: (0..n).map(|_| AtomicU64::new(0)).collect(),
         })
     });
     // A group name never used before: START LATEST, so it sees this run's rows and nothing else.
@@ -299,10 +311,13 @@ async fn stream_run(
                     tokio::time::sleep_until(due.into()).await;
                 }
                 let sql = format!("INSERT INTO `{table}` (id, message) VALUES ({id},'{PAYLOAD}')");
+                if let Some(slot) = times.as_ref().and_then(|t| t.sent_slot(id)) {
+                    slot.store(times.as_ref().map_or(0, |t| t.now()), Ordering::Release);
+                }
                 let out = insert(&mut c, &sql).await?;
                 if let Some(t) = &times {
                     if let Some(slot) = t.slot(id) {
-                        slot.store(t.base.elapsed().as_nanos() as u64 + 1, Ordering::Release);
+                        slot.store(t.now(), Ordering::Release);
                     }
                 }
                 inserted.fetch_add(out.affected_rows, Ordering::Relaxed);
@@ -338,13 +353,26 @@ async fn stream_run(
     }
     let mut checks = Vec::new();
     let mut latencies = Latencies::default();
+    let mut from_send = Latencies::default();
     for g in consumer_groups {
-        let (check, l) = g.finish(ctx, table, first_id, last).await?;
-        checks.push(check);
+        let (check, l, s) = g.finish(ctx, table, first_id, last).await?;
+        if !checks.contains(&check) {
+            checks.push(check);
+        }
         latencies.extend(l);
+        from_send.extend(s);
     }
-    let mut ms = |p| latencies.percentile_us(p).unwrap_or(f64::NAN) / 1000.0;
-    let (p50, p99) = (ms(50.0), ms(99.0));
+    let ms = |l: &mut Latencies, p| l.percentile_us(p).unwrap_or(f64::NAN) / 1000.0;
+    let (p50, p99) = (ms(&mut latencies, 50.0), ms(&mut latencies, 99.0));
+    let sent = if from_send.0.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "from sending the INSERT: {:.2} / {:.2} ms; ",
+            ms(&mut from_send, 50.0),
+            ms(&mut from_send, 99.0)
+        )
+    };
     let secs = dur.as_secs_f64();
     Ok(RunResult {
         inserted: (ins1 - ins0) as f64 / secs,
@@ -356,7 +384,7 @@ async fn stream_run(
         p50,
         p99,
         note: format!(
-            "{cpu}; checked: each group received and acked all {total} rows ({})",
+            "{sent}{cpu}; checked: each group received and acked all {total} rows ({})",
             checks.join(", ")
         ),
     })
@@ -380,6 +408,8 @@ struct Seen {
     latencies: Latencies,
     /// Rows that arrived before their producer had read its COMMIT's OK (counted as 0).
     early: u64,
+    /// Sending the INSERT → arrival, ns, of the same rows.
+    from_send: Latencies,
 }
 
 impl GroupConsumers {
@@ -448,18 +478,20 @@ impl GroupConsumers {
         table: &str,
         first: u64,
         last: u64,
-    ) -> Result<(String, Latencies), String> {
+    ) -> Result<(String, Latencies, Latencies), String> {
         let _ = self.stop.send(true);
         let mut ids = Vec::new();
         let mut out_of_order = 0;
         let mut early = 0;
         let mut latencies = Latencies::default();
+        let mut from_send = Latencies::default();
         while let Some(r) = self.streams.join_next().await {
             let seen = r.map_err(|e| format!("stream task: {e}"))??;
             ids.extend(seen.ids);
             out_of_order += seen.out_of_order;
             early += seen.early;
             latencies.extend(seen.latencies);
+            from_send.extend(seen.from_send);
         }
         while let Some(r) = self.ackers.join_next().await {
             r.map_err(|e| format!("acker task: {e}"))??;
@@ -491,6 +523,7 @@ impl GroupConsumers {
         Ok((
             format!("{duplicates} duplicates, {out_of_order} out of order{early}"),
             latencies,
+            from_send,
         ))
     }
 }
@@ -521,13 +554,15 @@ async fn consume(
         };
         if let Some(t) = &times {
             if id >= t.measure_from {
-                let arrived = t.base.elapsed().as_nanos() as u64;
+                let arrived = t.now();
+                let sent = t.sent_slot(id).map_or(0, |s| s.load(Ordering::Acquire));
+                seen.from_send.0.push(arrived.saturating_sub(sent));
                 match t.slot(id).map_or(0, |s| s.load(Ordering::Acquire)) {
                     0 => {
                         seen.early += 1;
                         seen.latencies.0.push(0);
                     }
-                    at => seen.latencies.0.push(arrived.saturating_sub(at - 1)),
+                    at => seen.latencies.0.push(arrived.saturating_sub(at)),
                 }
             }
         }
