@@ -22,6 +22,8 @@
 //! - `fifo` — FIFO groups (`vt_group_col`): a backlog over many keys.
 //! - `ddl` — DDL of plain and temporary tables, and of message tables, one connection.
 //! - `handqueue` — msgproxy's queue against one written by hand in SQL on the same server.
+//! - `streams` — event streams (docs/STREAMS.md §5): one group's delivered-and-acked events/s
+//!   (InnoDB and BLACKHOLE stream tables) against the server's insert rate; four groups.
 //! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
 
 mod backlog;
@@ -32,6 +34,7 @@ mod messaging;
 mod passthrough;
 mod report;
 mod servers;
+mod streams;
 mod throughput;
 mod wire;
 
@@ -59,6 +62,7 @@ const SCENARIOS: &[&str] = &[
     "handqueue",
     "backlog",
     "fifo",
+    "streams",
     "brokers",
 ];
 
@@ -79,7 +83,7 @@ pub struct Opts {
     #[arg(long)]
     pub proxy_bin: Option<PathBuf>,
     /// Comma-separated scenarios to run (point, large, connect, ddl, latency, throughput,
-    /// handqueue, backlog, fifo, brokers); default all.
+    /// handqueue, backlog, fifo, streams, brokers); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Repetitions of each measurement (direct and proxy interleaved).
@@ -434,6 +438,7 @@ async fn run(mut opts: Opts) -> Result<bool, String> {
             "handqueue" => handqueue::handqueue(&mut ctx).await,
             "backlog" => backlog::backlog(&mut ctx).await,
             "fifo" => fifo::fifo(&mut ctx).await,
+            "streams" => streams::streams(&mut ctx).await,
             "brokers" => run_brokers(&mut ctx).await,
             _ => Ok(()),
         };

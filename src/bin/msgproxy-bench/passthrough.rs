@@ -199,7 +199,7 @@ pub fn ratio_row(
 
 /// [`ratio_row`] for a variant against a baseline (`pair`: baseline, variant).
 #[allow(clippy::too_many_arguments)]
-fn ratio_row_of(
+pub(crate) fn ratio_row_of(
     scenario: &str,
     metric: &str,
     samples: &Samples,

@@ -408,6 +408,28 @@ impl Conn {
             .ok_or_else(|| Error::Protocol("a stream row whose id is not an integer".into()))
     }
 
+    /// The next row of a stream with its first two columns parsed as unsigned integers: an event
+    /// stream's `event_id` and the table's own first column (the producer's id).
+    pub async fn next_stream_pair(&mut self) -> Result<(u64, u64)> {
+        let p = self.read_packet().await?;
+        if p.first() == Some(&0xFF) {
+            return Err(server_error(&p));
+        }
+        if is_eof(&p) {
+            return Err(Error::Protocol("the stream ended".into()));
+        }
+        let mut rest = &p[..];
+        let mut int = || {
+            lenenc_str(&mut rest)
+                .flatten()
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| Error::Protocol("a stream row whose ids are not integers".into()))
+        };
+        let first = int()?;
+        Ok((first, int()?))
+    }
+
     /// Says goodbye (COM_QUIT) and closes.
     pub async fn quit(mut self) {
         let _ = self.send_command(COM_QUIT, &[]).await;
