@@ -6,13 +6,34 @@ use std::collections::BTreeSet;
 use super::*;
 use crate::messaging::harness::ids;
 
-/// Acks `msgs` through `port` and gives the proxy time to make the acks durable (within 100 ms).
+/// Acks `msgs` (the group's oldest events) through `port` and waits until the acks are durable:
+/// the group's saved floor (the lowest event id not done, in msgproxy's table on the backend's
+/// `test` database) has passed them.
 async fn ack_all(env: &Env, port: u16, group: &str, msgs: &[Msg]) {
     let mut c = crate::messaging::harness::connect(port, &env.db).await;
     let n = ack(&mut c, "orders_events", group, &ids(msgs)).await;
     assert_eq!(n as usize, msgs.len());
     let _ = c.disconnect().await;
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    let newest = ids(msgs).into_iter().max().unwrap_or(0);
+    let mut direct = env.direct_conn().await;
+    let durable = crate::support::eventually(20, async || {
+        let floor: Option<u64> = mysql_async::prelude::Queryable::exec_first(
+            &mut direct,
+            "SELECT floor FROM test.msgproxy_stream_groups \
+             WHERE table_schema = ? AND table_name = 'orders_events' AND group_name = ?",
+            (env.db.as_str(), group.as_bytes()),
+        )
+        .await
+        .ok()
+        .flatten();
+        floor.is_some_and(|f| f > newest as u64)
+    })
+    .await;
+    assert!(
+        durable,
+        "the acks were not saved within 20 s\n{}",
+        env.log()
+    );
 }
 
 #[tokio::test]

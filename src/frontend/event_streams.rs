@@ -14,7 +14,7 @@ use super::session::{Session, SessionEnd};
 use crate::messaging::stream::StreamEnd;
 use crate::messaging::table::quote_ident;
 use crate::protocol::commands::{
-    ER_BAD_FIELD_ERROR, ER_CANT_DO_THIS_DURING_AN_TRANSACTION, ER_NO_DB_ERROR, ER_WRONG_OBJECT,
+    ER_BAD_FIELD_ERROR, ER_CANT_DO_THIS_DURING_AN_TRANSACTION, ER_WRONG_OBJECT,
 };
 use crate::protocol::packet::write_packet;
 use crate::protocol::wire::{ok_packet, ErrorPacket};
@@ -181,25 +181,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         engine: &Arc<StreamEngine>,
         table: &TableName,
     ) -> Result<Option<Arc<StreamTable>>, SessionEnd> {
-        let schema = match &table.schema {
-            Some(schema) => Some(schema.clone()),
-            None => match self.current_database().await? {
-                Asked::Value(db) => db,
-                Asked::Refused(err) => {
-                    write_packet(self.client.get_mut(), self.relay.next_seq, &err)
-                        .await
-                        .map_err(SessionEnd::Client)?;
-                    return Ok(None);
-                }
-            },
-        };
-        let Some(schema) = schema else {
-            self.reply_error(ErrorPacket::new(
-                ER_NO_DB_ERROR,
-                "3D000",
-                "No database selected",
-            ))
-            .await?;
+        let Some(schema) = self.table_schema(table).await? else {
             return Ok(None);
         };
         let why = match engine.lookup(&schema, &table.name).await {

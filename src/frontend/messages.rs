@@ -103,12 +103,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
-    /// Resolves a statement's table to a loaded message table, or answers the client with the
-    /// reason it is not one (the server's own 1146 when it does not exist at all).
-    pub(super) async fn message_table(
+    /// The schema of a statement's table: its own, else the session's current database; `None`
+    /// once the client has been answered why there is none (no database selected, or the
+    /// server's refusal to say).
+    pub(super) async fn table_schema(
         &mut self,
         table: &TableName,
-    ) -> Result<Option<Arc<TableManager>>, SessionEnd> {
+    ) -> Result<Option<String>, SessionEnd> {
         let schema = match &table.schema {
             Some(schema) => Some(schema.clone()),
             None => match self.current_database().await? {
@@ -121,13 +122,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 }
             },
         };
-        let Some(schema) = schema else {
+        if schema.is_none() {
             self.reply_error(ErrorPacket::new(
                 ER_NO_DB_ERROR,
                 "3D000",
                 "No database selected",
             ))
             .await?;
+        }
+        Ok(schema)
+    }
+
+    /// Resolves a statement's table to a loaded message table, or answers the client with the
+    /// reason it is not one (the server's own 1146 when it does not exist at all).
+    pub(super) async fn message_table(
+        &mut self,
+        table: &TableName,
+    ) -> Result<Option<Arc<TableManager>>, SessionEnd> {
+        let Some(schema) = self.table_schema(table).await? else {
             return Ok(None);
         };
         let Some(engine) = self.ctx.engine.clone() else {
