@@ -28,7 +28,7 @@
 //! local time, which the server turns back into the instant. In a zone with daylight saving, a local time of
 //! the hour repeated when clocks go back names two instants and the server picks one of them, so statements
 //! that name rows by key also compare the instants ([`MessageTable::ids_sql`]): a claim never takes the other
-//! row, but a session in such a zone cannot name the row the server does not pick (README: use a zone without
+//! row, but a session in such a zone cannot name the row the server does not pick (docs/guide/messaging.md: use a zone without
 //! daylight saving, e.g. `'+00:00'`, for streams of `timestamp` ids).
 
 use super::options::{parse_comment, MessageOptions, OptionsError};
