@@ -191,15 +191,6 @@ impl Engine {
         all
     }
 
-    /// Whether any message table is loaded (lets sessions skip all message work when none is).
-    pub fn has_tables(&self) -> bool {
-        !self
-            .tables
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-    }
-
     /// Every loaded table's manager (the binlog watcher asks them all to poll after a gap).
     pub fn managers(&self) -> Vec<Arc<TableManager>> {
         let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
