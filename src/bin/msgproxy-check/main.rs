@@ -890,8 +890,8 @@ impl Left {
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Waits until every workload is done or `limit` passes, with a progress line every 5 s:
-/// messages — every row acked; streams — every group acked every insert known to be committed
-/// and its saved position passed the largest event it delivered; FIFO — every message acked or
+/// messages — every row acked; streams — every group's saved position passed every insert known
+/// to be committed and every event it delivered; FIFO — every message acked or
 /// dead. Returns what is left.
 async fn drain(
     direct: &Target,
@@ -966,11 +966,12 @@ async fn drain_state(
     }
     if let Some(s) = &clients.streams {
         let saved = streams::saved_positions(direct).await?;
+        let floors = saved.iter().map(|(g, (f, _))| (g.clone(), *f)).collect();
         let now_us = base.elapsed().as_micros() as u64;
-        for g in s.groups() {
+        for g in s.groups(&floors) {
             let (floor, owner) = saved.get(&g.name).cloned().unwrap_or((0, None));
             let passed = g.max_eid.is_none_or(|m| floor > m);
-            if g.unacked > 0 || !passed {
+            if g.not_done > 0 || !passed {
                 let idle = g
                     .last_delivery_us
                     .map_or("never delivered".to_string(), |t| {
@@ -980,9 +981,9 @@ async fn drain_state(
                         )
                     });
                 let desc = format!(
-                    "{}: {} committed inserts unacked, saved position {floor}{}, {idle}, served by {}",
+                    "{}: {} committed inserts not passed by its saved position {floor}{}, {idle}, served by {}",
                     g.name,
-                    g.unacked,
+                    g.not_done,
                     if passed { "" } else { " (behind its last delivery)" },
                     owner.as_deref().unwrap_or("nobody")
                 );

@@ -6,8 +6,8 @@
 //! Every inserted row has a `k` (key) unique in the run, so a delivery names its insert. Clients
 //! record only what they know for certain (`verify_streams::Rec`), one file each in
 //! `logs/streams/`; the verdict is drawn from those files and the database afterwards.
-//! Consumers also keep a summary in memory, for the drain: it ends when every group has acked
-//! every insert known to be committed and its saved position has passed them.
+//! Consumers also keep a summary in memory, for the drain: it ends when every group's saved
+//! position has passed every insert known to be committed and every event it delivered.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -114,7 +114,6 @@ pub struct Progress {
 struct GroupProgress {
     eid_of_key: HashMap<u64, u64>,
     key_of_eid: HashMap<u64, u64>,
-    acked: HashSet<u64>,
     /// When the group last delivered anything (µs since the run started).
     last_delivery_us: Option<u64>,
 }
@@ -122,8 +121,8 @@ struct GroupProgress {
 /// A group's state for the progress lines and the drain.
 pub struct GroupState {
     pub name: String,
-    /// Committed inserts of the table not acked by the group yet.
-    pub unacked: usize,
+    /// Committed inserts of the table the group's saved position has not passed yet.
+    pub not_done: usize,
     /// The largest event id the group delivered.
     pub max_eid: Option<u64>,
     /// When the group last delivered anything (µs since the run started).
@@ -274,18 +273,22 @@ impl Workload {
         }
     }
 
-    /// Each group's state, from what the clients saw.
-    pub fn groups(&self) -> Vec<GroupState> {
+    /// Each group's state, from what the clients saw and the groups' saved positions (`floors`,
+    /// by `table/group`).
+    pub fn groups(&self, floors: &HashMap<String, u64>) -> Vec<GroupState> {
         let p = self.shared.progress.lock().expect("progress lock");
         all_groups()
             .into_iter()
             .map(|(t, g)| {
                 let name = group_name(TABLES[t].0, g);
                 let gp = &p.groups[&name];
+                let floor = floors.get(&name).copied().unwrap_or(0);
                 GroupState {
-                    unacked: p.committed[t]
+                    // Done means below the saved position, not "ACK got OK": an ACK whose
+                    // connection died before its OK may well have been applied.
+                    not_done: p.committed[t]
                         .iter()
-                        .filter(|k| !gp.acked.contains(k))
+                        .filter(|k| gp.eid_of_key.get(k).is_none_or(|&e| e >= floor))
                         .count(),
                     max_eid: gp.key_of_eid.keys().max().copied(),
                     last_delivery_us: gp.last_delivery_us,
@@ -616,16 +619,11 @@ async fn acker(
         };
         match result {
             Ok(()) => {
-                let mut p = sh.progress.lock().expect("progress lock");
-                let gp = p.groups.get_mut(&group).expect("known group");
                 for &(eid, _) in &batch {
                     log.log(Rec::Acked {
                         group: group.clone(),
                         eid,
                     });
-                    if let Some(&k) = gp.key_of_eid.get(&eid) {
-                        gp.acked.insert(k);
-                    }
                 }
             }
             Err(_) => {
