@@ -825,15 +825,7 @@ async fn create_tables(direct: &Target, opts: &Opts, fifo_moved: bool) -> Result
         streams::create_tables(&mut c, &direct.db, opts.ack_wait).await?;
     }
     if opts.workloads.has("fifo") {
-        fifo::create_tables(
-            &mut c,
-            &direct.db,
-            opts.ack_wait,
-            opts.min_backoff,
-            opts.max_backoff,
-            fifo_moved,
-        )
-        .await?;
+        fifo::create_tables(&mut c, &direct.db, opts.ack_wait, fifo_moved).await?;
     }
     c.quit().await;
     Ok(())
@@ -971,7 +963,7 @@ async fn drain_state(
         for g in s.groups(&floors) {
             let (floor, owner) = saved.get(&g.name).cloned().unwrap_or((0, None));
             let passed = g.max_eid.is_none_or(|m| floor > m);
-            if g.not_done > 0 || !passed {
+            if g.never_delivered + g.not_passed > 0 || !passed {
                 let idle = g
                     .last_delivery_us
                     .map_or("never delivered".to_string(), |t| {
@@ -981,9 +973,10 @@ async fn drain_state(
                         )
                     });
                 let desc = format!(
-                    "{}: {} committed inserts not passed by its saved position {floor}{}, {idle}, served by {}",
+                    "{}: {} committed inserts never delivered, {} delivered and not passed by its saved position {floor}{}, {idle}, served by {}",
                     g.name,
-                    g.not_done,
+                    g.never_delivered,
+                    g.not_passed,
                     if passed { "" } else { " (behind its last delivery)" },
                     owner.as_deref().unwrap_or("nobody")
                 );

@@ -121,8 +121,10 @@ struct GroupProgress {
 /// A group's state for the progress lines and the drain.
 pub struct GroupState {
     pub name: String,
-    /// Committed inserts of the table the group's saved position has not passed yet.
-    pub not_done: usize,
+    /// Committed inserts of the table the group has not delivered.
+    pub never_delivered: usize,
+    /// Committed inserts the group delivered that its saved position has not passed yet.
+    pub not_passed: usize,
     /// The largest event id the group delivered.
     pub max_eid: Option<u64>,
     /// When the group last delivered anything (µs since the run started).
@@ -286,9 +288,13 @@ impl Workload {
                 GroupState {
                     // Done means below the saved position, not "ACK got OK": an ACK whose
                     // connection died before its OK may well have been applied.
-                    not_done: p.committed[t]
+                    never_delivered: p.committed[t]
                         .iter()
-                        .filter(|k| gp.eid_of_key.get(k).is_none_or(|&e| e >= floor))
+                        .filter(|k| !gp.eid_of_key.contains_key(k))
+                        .count(),
+                    not_passed: p.committed[t]
+                        .iter()
+                        .filter(|k| gp.eid_of_key.get(k).is_some_and(|&e| e >= floor))
                         .count(),
                     max_eid: gp.key_of_eid.keys().max().copied(),
                     last_delivery_us: gp.last_delivery_us,
