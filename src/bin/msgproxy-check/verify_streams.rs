@@ -364,6 +364,21 @@ pub fn verify(history: &[Entry], fin: &Final, limits: &Limits) -> Report {
         }
     }
 
+    // For a committed insert no group delivered (so its id is unknown): the smallest id of an
+    // insert sent after its OK, which its own id is below.
+    let mut suffix_min = vec![u64::MAX; tries.len() + 1];
+    for i in (0..tries.len()).rev() {
+        suffix_min[i] = suffix_min[i + 1].min(tries[i].1);
+    }
+    let below: HashMap<u64, u64> = committed
+        .iter()
+        .filter(|(k, _)| !eid_of.contains_key(k))
+        .filter_map(|(&k, &t_ok)| {
+            let i = tries.partition_point(|&(t, _, _)| t <= t_ok);
+            (suffix_min[i] != u64::MAX).then_some((k, suffix_min[i]))
+        })
+        .collect();
+
     // Per group.
     for (table, groups) in &limits.groups {
         // Inserts known to be committed in this table.
@@ -386,7 +401,7 @@ pub fn verify(history: &[Entry], fin: &Final, limits: &Limits) -> Report {
         for g in groups {
             let ds: &[Delivery] = deliveries.get(g.as_str()).map(Vec::as_slice).unwrap_or(&[]);
             verify_group(
-                &mut r, g, ds, &must, &eid_of, fin, limits, &acks, &ends, &faults,
+                &mut r, g, ds, &must, &eid_of, &below, fin, limits, &acks, &ends, &faults,
             );
         }
     }
@@ -400,6 +415,7 @@ fn verify_group(
     ds: &[Delivery],
     must: &HashMap<u64, &str>,
     eid_of: &HashMap<u64, u64>,
+    below: &HashMap<u64, u64>,
     fin: &Final,
     limits: &Limits,
     acks: &HashMap<&str, HashMap<u64, u64>>,
@@ -427,6 +443,13 @@ fn verify_group(
             (Some(&eid), Some(f)) if eid < f => r.violate(
                 "skipped",
                 format!("{group}: event {eid} (key {k}; {why}) is below the group's position {f}, never delivered to it"),
+            ),
+            (None, Some(f)) if below.get(&k).is_some_and(|&b| b < f) => r.violate(
+                "skipped",
+                format!(
+                    "{group}: key {k} ({why}) committed before event {} was sent, and the group's position {f} passed that event; never delivered to any group",
+                    below[&k]
+                ),
             ),
             _ => r.violate(
                 "not delivered",
@@ -710,6 +733,15 @@ mod tests {
         f.floors.insert("t/g2".into(), 201);
         let v: Vec<_> = verify(&two, &f, &l).violations.into_keys().collect();
         assert_eq!(v, vec!["skipped"]);
+        // Never delivered to any group, but an insert sent after its OK is below the position.
+        // (Key 1's OK at 5 ms came before key 2 was sent at 10 ms.)
+        let gone = with(&[dl(21, "s1", 200, 2), ack(31, 200)]);
+        assert_eq!(checks(&gone, &fin(201)), vec!["skipped"]);
+        let v = checks(&gone, &fin(200));
+        assert!(
+            v.contains(&"not delivered") && !v.contains(&"skipped"),
+            "{v:?}"
+        );
         // A rolled-back insert delivered.
         let mut rb = h.clone();
         rb.extend([
