@@ -13,9 +13,15 @@
 //! Layout:
 //! - `cluster` — the throwaway MariaDB and the two proxies; restarts on the same ports.
 //! - `faults` — the seeded fault schedule.
-//! - `workload` — producers and consumers, which log what they know for certain.
+//! - `workload` — the message-table workload's producers and consumers, which log what they know
+//!   for certain; `verify` — its checks.
+//! - `streams` — the event-stream workload (stream tables, consumer groups); `verify_streams` —
+//!   its history and checks.
+//! - `fifo` — the FIFO-group workload (`vt_group_col`, `vt_max_attempts`, dead letters);
+//!   `verify_fifo` — its checks.
 //! - `events` — the clients' log files.
-//! - `verify` — the checks.
+//!
+//! docs/CHECKING.md says what each workload verifies.
 //!
 //! `wire` (the minimal MySQL client) and `servers` (process handling) are msgproxy-bench's.
 
@@ -29,10 +35,14 @@ mod wire;
 mod cluster;
 mod events;
 mod faults;
+mod fifo;
+mod streams;
 mod verify;
+mod verify_fifo;
+mod verify_streams;
 mod workload;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -107,6 +117,43 @@ struct Opts {
     /// Keep the work dir (server data, proxy logs, client logs); it is kept anyway on failure.
     #[arg(long)]
     keep_workdir: bool,
+    /// The workloads to run side by side, comma-separated: `messages` (a message table),
+    /// `streams` (event streams: two stream tables, two consumer groups each), `fifo` (FIFO
+    /// groups with dead letters).
+    #[arg(long, default_value = "messages,streams,fifo", value_parser = parse_workloads)]
+    workloads: Workloads,
+    /// Competing consumers in each consumer group of the streams workload.
+    #[arg(long, default_value_t = 2)]
+    group_consumers: usize,
+    /// Where the FIFO workload's dead letters go: `table` (vt_dead_letter), `in-place`, or
+    /// `by-seed` (even seeds a table, odd seeds in place).
+    #[arg(long, default_value = "by-seed", value_parser = ["table", "in-place", "by-seed"])]
+    fifo_dead_letters: String,
+}
+
+/// Which workloads run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Workloads(BTreeSet<&'static str>);
+
+impl Workloads {
+    fn has(&self, w: &str) -> bool {
+        self.0.contains(w)
+    }
+}
+
+fn parse_workloads(s: &str) -> Result<Workloads, String> {
+    let mut set = BTreeSet::new();
+    for w in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        let known = ["messages", "streams", "fifo"]
+            .into_iter()
+            .find(|k| *k == w)
+            .ok_or_else(|| format!("{w:?}: the workloads are messages, streams and fifo"))?;
+        set.insert(known);
+    }
+    if set.is_empty() {
+        return Err("name at least one workload: messages, streams, fifo".into());
+    }
+    Ok(Workloads(set))
 }
 
 /// `90`, `90s`, `30m`, `2h`.
@@ -148,9 +195,51 @@ fn at(base: Instant) -> String {
     format!("[{:6.1} s]", base.elapsed().as_secs_f64())
 }
 
+/// The workloads that run, each optional.
+struct Clients {
+    messages: Option<Workload>,
+    streams: Option<streams::Workload>,
+    fifo: Option<fifo::Workload>,
+}
+
+impl Clients {
+    fn kill_consumer(&self, i: usize) {
+        if let Some(w) = &self.messages {
+            w.kill_consumer(i % w.consumers());
+        }
+        if let Some(w) = &self.streams {
+            w.kill_consumer(i);
+        }
+        if let Some(w) = &self.fifo {
+            w.kill_consumer(i);
+        }
+    }
+}
+
+/// A violation list under a workload's name: `workload: check`.
+type Violations = BTreeMap<String, Vec<String>>;
+
+fn add_violations<K: std::fmt::Display>(
+    all: &mut Violations,
+    workload: &str,
+    list: BTreeMap<K, Vec<String>>,
+) {
+    for (check, v) in list {
+        all.entry(format!("{workload}: {check}"))
+            .or_default()
+            .extend(v);
+    }
+}
+
 fn run(opts: &Opts) -> Result<bool, String> {
     let seed = opts.seed.unwrap_or_else(|| rand::random::<u32>() as u64);
     println!("msgproxy-check: seed {seed} (replay the fault schedule with --seed {seed})");
+    let w = &opts.workloads;
+    let fifo_moved = match opts.fifo_dead_letters.as_str() {
+        "table" => true,
+        "in-place" => false,
+        _ => seed.is_multiple_of(2),
+    };
     let mut work = servers::WorkDir::create_named("msgproxy-check", opts.keep_workdir)?;
     let logs = work.path.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| format!("create {}: {e}", logs.display()))?;
@@ -165,13 +254,20 @@ fn run(opts: &Opts) -> Result<bool, String> {
     let started = Instant::now();
     let mut cluster =
         Cluster::start_server(&work.path, opts.backend.as_deref(), "msgcheck", proxy_bin)?;
-    rt.block_on(create_table(&cluster.direct, opts))?;
+    rt.block_on(create_tables(&cluster.direct, opts, fifo_moved))?;
     cluster.start_proxies(PROXIES)?;
+    let mut loaded = Vec::new();
+    if w.has("messages") {
+        loaded.push(TABLE);
+    }
+    if w.has("fifo") {
+        loaded.push(fifo::TABLE);
+    }
     for i in 0..PROXIES {
-        rt.block_on(wait_loaded(&cluster.proxy_target(i)))?;
+        rt.block_on(wait_loaded(&cluster.proxy_target(i), &loaded))?;
     }
     println!(
-        "started in {:.1} s: {} on port {}, msgproxy a/b on ports {}/{}; work dir {}",
+        "started in {:.1} s: {} on port {}, msgproxy a/b on ports {}/{}; workloads {}; work dir {}",
         started.elapsed().as_secs_f64(),
         if cluster.owns_server() {
             "throwaway MariaDB"
@@ -181,104 +277,351 @@ fn run(opts: &Opts) -> Result<bool, String> {
         cluster.direct.port,
         cluster.proxies[0].port,
         cluster.proxies[1].port,
+        w.0.iter().copied().collect::<Vec<_>>().join(","),
         work.path.display()
     );
 
     let base = Instant::now();
-    let mut producers: Vec<(String, Target)> = (0..opts.producers)
-        .map(|i| {
-            let p = i % PROXIES;
-            (
-                format!("producer-{i}-via-{}", proxy_name(p)),
-                cluster.proxy_target(p),
-            )
-        })
-        .collect();
-    producers.push(("producer-direct".into(), cluster.direct.clone()));
-    let mut workload = Workload::start(
-        &rt,
-        workload::Config {
-            table: TABLE.into(),
-            seed,
-            logs: logs.clone(),
-            base,
-            producers,
-            proxies: (0..PROXIES).map(|i| cluster.proxy_target(i)).collect(),
-            consumers: opts.consumers.max(1),
-            skip_ack: opts.skip_ack.clamp(0.0, 1.0),
-            ack_fresh: Duration::from_secs_f64(opts.ack_wait / 2.0),
-            pause: Duration::from_millis(opts.pause_ms),
-        },
-    )?;
+    // Producers of every workload: through each proxy in turn, and one straight to the server.
+    let producers = |what: &str| -> Vec<(String, Target)> {
+        let mut v: Vec<(String, Target)> = (0..opts.producers)
+            .map(|i| {
+                let p = i % PROXIES;
+                (
+                    format!("{what}producer-{i}-via-{}", proxy_name(p)),
+                    cluster.proxy_target(p),
+                )
+            })
+            .collect();
+        v.push((format!("{what}producer-direct"), cluster.direct.clone()));
+        v
+    };
+    let proxies: Vec<Target> = (0..PROXIES).map(|i| cluster.proxy_target(i)).collect();
+    let ack_fresh = Duration::from_secs_f64(opts.ack_wait / 2.0);
+    let skip_ack = opts.skip_ack.clamp(0.0, 1.0);
+    let mut clients = Clients {
+        messages: None,
+        streams: None,
+        fifo: None,
+    };
+    if w.has("messages") {
+        clients.messages = Some(Workload::start(
+            &rt,
+            workload::Config {
+                table: TABLE.into(),
+                seed,
+                logs: logs.clone(),
+                base,
+                producers: producers(""),
+                proxies: proxies.clone(),
+                consumers: opts.consumers.max(1),
+                skip_ack,
+                ack_fresh,
+                pause: Duration::from_millis(opts.pause_ms),
+            },
+        )?);
+    }
+    if w.has("streams") {
+        clients.streams = Some(streams::Workload::start(
+            &rt,
+            streams::Config {
+                seed,
+                logs: logs.join("streams"),
+                base,
+                producers: producers(""),
+                proxies: proxies.clone(),
+                consumers_per_group: opts.group_consumers.max(1),
+                skip_ack,
+                ack_fresh,
+                pause: Duration::from_millis(opts.pause_ms * 2),
+            },
+        )?);
+    }
+    if w.has("fifo") {
+        clients.fifo = Some(fifo::Workload::start(
+            &rt,
+            fifo::Config {
+                seed,
+                logs: logs.join("fifo"),
+                base,
+                producers: producers(""),
+                proxies: proxies.clone(),
+                consumers: opts.consumers.max(1),
+                skip_ack,
+                ack_fresh,
+                pause: Duration::from_millis(opts.pause_ms * 2),
+            },
+        )?);
+    }
 
     let mut crashes = Vec::new();
-    let faults = inject_faults(&mut cluster, &workload, &rt, seed, opts, base, &mut crashes)?;
+    let mut fault_times = Vec::new();
+    let faults = inject_faults(
+        &mut cluster,
+        &clients,
+        &rt,
+        seed,
+        opts,
+        base,
+        &mut crashes,
+        &mut fault_times,
+    )?;
 
     println!("{} faults stop; producers stop; draining", at(base));
-    rt.block_on(workload.stop_producers());
-    workload.set_draining();
+    rt.block_on(async {
+        if let Some(m) = clients.messages.as_mut() {
+            m.stop_producers().await;
+        }
+        if let Some(s) = clients.streams.as_mut() {
+            s.stop_producers().await;
+        }
+        if let Some(f) = clients.fifo.as_mut() {
+            f.stop_producers().await;
+        }
+    });
+    if let Some(m) = &clients.messages {
+        m.set_draining();
+    }
+    if let Some(s) = &clients.streams {
+        s.set_draining();
+    }
+    if let Some(f) = &clients.fifo {
+        f.set_draining();
+    }
     let drain_limit = Duration::from_secs_f64(
         opts.drain_limit
             .unwrap_or(5.0 * (opts.ack_wait + opts.max_backoff)),
     );
     let drain_started = Instant::now();
-    let left = rt.block_on(drain(&cluster.direct, drain_limit))?;
+    let left = rt.block_on(drain(&cluster.direct, &clients, drain_limit, base))?;
     let drain_took = drain_started.elapsed();
-    rt.block_on(workload.stop_consumers());
-    let db = rt.block_on(snapshot(&cluster.direct))?;
+    rt.block_on(async {
+        if let Some(m) = clients.messages.as_mut() {
+            m.stop_consumers().await;
+        }
+        if let Some(s) = clients.streams.as_mut() {
+            s.stop_consumers().await;
+        }
+        if let Some(f) = clients.fifo.as_mut() {
+            f.stop_consumers().await;
+        }
+    });
+    let db = if w.has("messages") {
+        Some(rt.block_on(snapshot(&cluster.direct))?)
+    } else {
+        None
+    };
+    let streams_final = if w.has("streams") {
+        let floors = rt.block_on(streams::saved_positions(&cluster.direct))?;
+        Some(verify_streams::Final {
+            floors: floors.into_iter().map(|(g, (f, _))| (g, f)).collect(),
+            stored: rt.block_on(streams::stored_keys(&cluster.direct))?,
+        })
+    } else {
+        None
+    };
+    let fifo_final = if w.has("fifo") {
+        Some(rt.block_on(fifo::snapshot(&cluster.direct, fifo_moved))?)
+    } else {
+        None
+    };
     if let Err(e) = cluster.check_alive() {
         crashes.push(e);
     }
     cluster.stop();
 
-    let events = events::read_dir(&logs)?;
-    let mut report = verify::verify(
-        &events,
-        &db,
-        &verify::Limits {
-            ack_wait_us: (opts.ack_wait * 1e6) as u64,
-            slack_us: (opts.slack * 1e6) as u64,
-        },
-    );
-    if left > 0 {
-        let mut stuck: Vec<i64> = db
-            .iter()
-            .filter(|(_, r)| !r.acked())
-            .map(|(&id, _)| id)
-            .collect();
-        stuck.sort_unstable();
-        stuck.truncate(20);
-        report.violations.entry("not drained").or_default().push(format!(
-            "{left} rows still unacked {:.0} s after the producers stopped (consumers ack everything then); first ids {stuck:?}",
-            drain_limit.as_secs_f64()
+    let mut violations = Violations::new();
+    let mut summary = Vec::new();
+    let slack_us = (opts.slack * 1e6) as u64;
+    let ack_wait_us = (opts.ack_wait * 1e6) as u64;
+    if let (Some(m), Some(db)) = (&clients.messages, &db) {
+        let events = events::read_dir(&logs)?;
+        let report = verify::verify(
+            &events,
+            db,
+            &verify::Limits {
+                ack_wait_us,
+                slack_us,
+            },
+        );
+        let stats = m.stats();
+        summary.push(format!(
+            "  messages: {} ids tried, {} committed (OK seen), {} rolled back, {} outcome unknown; {} rows in the database ({} acked); {} statements failed",
+            report.tried,
+            report.committed,
+            report.rolled_back,
+            report.tried - report.committed - report.rolled_back,
+            report.rows,
+            report.rows_acked,
+            stats.statements_failed.load(Ordering::Relaxed)
         ));
+        summary.push(format!(
+            "    delivered: {} deliveries of {} ids, {} ids redelivered; {} STREAM sessions; acked {} ids (OK seen); {} left unacked on purpose, {} too old to ack, {} ACKs failed",
+            report.deliveries,
+            report.delivered_ids,
+            report.redelivered_ids,
+            stats.consumer_sessions.load(Ordering::Relaxed),
+            report.acked_ids,
+            stats.skipped_acks.load(Ordering::Relaxed),
+            stats.stale_acks.load(Ordering::Relaxed),
+            stats.acks_failed.load(Ordering::Relaxed)
+        ));
+        if report.committed == 0 || report.deliveries == 0 {
+            violations
+                .entry("messages: no workload".into())
+                .or_default()
+                .push(format!(
+                    "{} messages committed, {} delivered: nothing to check",
+                    report.committed, report.deliveries
+                ));
+        }
+        if left.messages > 0 {
+            let mut stuck: Vec<i64> = db
+                .iter()
+                .filter(|(_, r)| !r.acked())
+                .map(|(&id, _)| id)
+                .collect();
+            stuck.sort_unstable();
+            stuck.truncate(20);
+            violations.entry("messages: not drained".into()).or_default().push(format!(
+                "{} rows still unacked {:.0} s after the producers stopped (consumers ack everything then); first ids {stuck:?}",
+                left.messages,
+                drain_limit.as_secs_f64()
+            ));
+        }
+        add_violations(&mut violations, "messages", report.violations);
+    }
+    if let (Some(s), Some(fin)) = (&clients.streams, &streams_final) {
+        let history = verify_streams::read_dir(&logs.join("streams"))?;
+        let limits = verify_streams::Limits {
+            ack_wait_us,
+            slack_us,
+            groups: streams::TABLES
+                .iter()
+                .map(|(t, _)| {
+                    (
+                        t.to_string(),
+                        streams::GROUPS
+                            .iter()
+                            .map(|g| streams::group_name(t, g))
+                            .collect(),
+                    )
+                })
+                .collect(),
+            state_faults_us: fault_times.clone(),
+        };
+        let report = verify_streams::verify(&history, fin, &limits);
+        let stats = s.stats();
+        summary.push(format!(
+            "  streams: {} keys tried, {} committed (OK seen), {} rolled back; {} statements failed",
+            report.tried,
+            report.committed,
+            report.rolled_back,
+            stats.statements_failed.load(Ordering::Relaxed)
+        ));
+        summary.push(format!(
+            "    delivered: {} deliveries, {} redeliveries; events per group {}; {} STREAM sessions ({} ended); {} events acked (OK seen), {} left unacked on purpose, {} too old to ack, {} ACKs failed",
+            report.deliveries,
+            report.redeliveries,
+            report
+                .per_group
+                .iter()
+                .map(|(g, n)| format!("{g} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            stats.sessions.load(Ordering::Relaxed),
+            report.sessions_ended,
+            report.acks,
+            stats.skipped_acks.load(Ordering::Relaxed),
+            stats.stale_acks.load(Ordering::Relaxed),
+            stats.acks_failed.load(Ordering::Relaxed)
+        ));
+        if report.committed == 0 || report.deliveries == 0 {
+            violations
+                .entry("streams: no workload".into())
+                .or_default()
+                .push(format!(
+                    "{} inserts committed, {} delivered: nothing to check",
+                    report.committed, report.deliveries
+                ));
+        }
+        for g in &left.stream_groups {
+            violations
+                .entry("streams: not drained".into())
+                .or_default()
+                .push(g.clone());
+        }
+        add_violations(&mut violations, "streams", report.violations);
+    }
+    if let (Some(f), Some((table, dead))) = (&clients.fifo, &fifo_final) {
+        let events = events::read_dir(&logs.join("fifo"))?;
+        let report = verify_fifo::verify(
+            &events,
+            table,
+            dead,
+            &verify_fifo::Limits {
+                ack_wait_us,
+                slack_us,
+                max_attempts: fifo::MAX_ATTEMPTS,
+            },
+        );
+        let stats = f.stats();
+        summary.push(format!(
+            "  fifo (dead letters {}): {} messages committed (OK seen) over {} keys, {} poison; {} statements failed",
+            if fifo_moved { "moved to a table" } else { "in place" },
+            report.committed,
+            report.keys,
+            stats.poison.load(Ordering::Relaxed),
+            stats.statements_failed.load(Ordering::Relaxed)
+        ));
+        summary.push(format!(
+            "    {} deliveries; {} STREAM sessions; at the end {} acked, {} dead ({} poison), {} still due; {} left unacked on purpose, {} too old to ack, {} ACKs failed",
+            report.deliveries,
+            stats.sessions.load(Ordering::Relaxed),
+            report.acked,
+            report.dead,
+            report.dead_poison,
+            report.due,
+            stats.skipped_acks.load(Ordering::Relaxed),
+            stats.stale_acks.load(Ordering::Relaxed),
+            stats.acks_failed.load(Ordering::Relaxed)
+        ));
+        if report.committed == 0 || report.deliveries == 0 {
+            violations
+                .entry("fifo: no workload".into())
+                .or_default()
+                .push(format!(
+                    "{} messages committed, {} delivered: nothing to check",
+                    report.committed, report.deliveries
+                ));
+        }
+        if left.fifo > 0 {
+            violations
+                .entry("fifo: not drained".into())
+                .or_default()
+                .push(format!(
+                    "{} messages neither acked nor dead {:.0} s after the producers stopped",
+                    left.fifo,
+                    drain_limit.as_secs_f64()
+                ));
+        }
+        add_violations(&mut violations, "fifo", report.violations);
     }
     for c in crashes {
-        report.violations.entry("crashed").or_default().push(c);
-    }
-    if report.committed == 0 || report.deliveries == 0 {
-        report
-            .violations
-            .entry("no workload")
-            .or_default()
-            .push(format!(
-                "{} messages committed, {} delivered: nothing to check",
-                report.committed, report.deliveries
-            ));
+        violations.entry("crashed".into()).or_default().push(c);
     }
 
-    let stats = workload.stats();
     let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
     for f in &faults {
         *by_kind.entry(f.kind()).or_default() += 1;
     }
     println!();
     println!(
-        "msgproxy-check: {:.0} s under faults, seed {seed}, {} producers ({} through the proxies, 1 direct), {} consumers",
+        "msgproxy-check: {:.0} s under faults, seed {seed}, workloads {}; each with {} producers ({} through the proxies, 1 direct)",
         opts.duration.as_secs_f64(),
+        w.0.iter().copied().collect::<Vec<_>>().join(","),
         opts.producers + 1,
         opts.producers,
-        opts.consumers.max(1)
     );
     println!(
         "  faults injected: {}{}",
@@ -296,43 +639,22 @@ fn run(opts: &Opts) -> Result<bool, String> {
             )
         }
     );
-    println!(
-        "  inserted: {} ids tried, {} committed (OK seen), {} rolled back, {} outcome unknown; {} rows in the database ({} acked); {} statements failed",
-        report.tried,
-        report.committed,
-        report.rolled_back,
-        report.tried - report.committed - report.rolled_back,
-        report.rows,
-        report.rows_acked,
-        stats.statements_failed.load(Ordering::Relaxed)
-    );
-    println!(
-        "  delivered: {} deliveries of {} ids, {} ids redelivered; {} STREAM sessions",
-        report.deliveries,
-        report.delivered_ids,
-        report.redelivered_ids,
-        stats.consumer_sessions.load(Ordering::Relaxed)
-    );
-    println!(
-        "  acked: {} ids (OK seen); {} deliveries left unacked on purpose, {} too old to ack, {} ACKs failed",
-        report.acked_ids,
-        stats.skipped_acks.load(Ordering::Relaxed),
-        stats.stale_acks.load(Ordering::Relaxed),
-        stats.acks_failed.load(Ordering::Relaxed)
-    );
+    for line in summary {
+        println!("{line}");
+    }
     println!(
         "  drain: {} after {:.1} s; total run {:.1} s",
-        if left == 0 {
-            "every row acked".to_string()
+        if left.is_empty() {
+            "everything acked (or dead)".to_string()
         } else {
-            format!("{left} rows still unacked")
+            "NOT drained".to_string()
         },
         drain_took.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
-    let n = report.violation_count();
+    let n: usize = violations.values().map(Vec::len).sum();
     println!("  violations: {n}");
-    for (check, list) in &report.violations {
+    for (check, list) in &violations {
         println!("    {check}: {}", list.len());
         for v in list.iter().take(10) {
             println!("      {v}");
@@ -356,14 +678,18 @@ fn run(opts: &Opts) -> Result<bool, String> {
 
 /// Applies faults from the schedule until `--duration` has passed since `base`. Processes that
 /// died on their own are noted in `crashes` and started again, so the run goes on.
+/// `fault_times` gets the time (µs since `base`) of each fault that may cost a proxy state it
+/// had not saved: everything but a consumer's disconnect.
+#[allow(clippy::too_many_arguments)]
 fn inject_faults(
     cluster: &mut Cluster,
-    workload: &Workload,
+    clients: &Clients,
     rt: &tokio::runtime::Runtime,
     seed: u64,
     opts: &Opts,
     base: Instant,
     crashes: &mut Vec<String>,
+    fault_times: &mut Vec<u64>,
 ) -> Result<Vec<Fault>, String> {
     let end = base + opts.duration;
     let mut schedule = Schedule::new(seed, cluster.owns_server(), PROXIES, opts.consumers.max(1));
@@ -377,6 +703,9 @@ fn inject_faults(
             break;
         }
         watch_until(cluster, next_at, crashes)?;
+        if !matches!(fault, Fault::KillConsumer { .. }) {
+            fault_times.push(base.elapsed().as_micros() as u64);
+        }
         let detail = match fault {
             Fault::KillProxy { proxy, down } => {
                 cluster.kill_proxy(proxy);
@@ -393,7 +722,7 @@ fn inject_faults(
                 format!("{fault}: back after {:.1} s", t.elapsed().as_secs_f64())
             }
             Fault::KillConsumer { consumer } => {
-                workload.kill_consumer(consumer);
+                clients.kill_consumer(consumer);
                 fault.to_string()
             }
             Fault::KillBackendConnection { pick } => {
@@ -469,10 +798,10 @@ fn table_comment(opts: &Opts) -> String {
     )
 }
 
-/// Creates the database and the message table straight on the server, before the proxies start
-/// (so they load it at start-up). Purging is off in effect (a day): acked rows must stay for
-/// the final check.
-async fn create_table(direct: &Target, opts: &Opts) -> Result<(), String> {
+/// Creates the database and the workloads' tables straight on the server, before the proxies
+/// start (so they load them at start-up). Purging is off in effect (a day): acked rows must stay
+/// for the final check.
+async fn create_tables(direct: &Target, opts: &Opts, fifo_moved: bool) -> Result<(), String> {
     let mut c = Conn::connect(&Target {
         db: String::new(),
         ..direct.clone()
@@ -492,66 +821,178 @@ async fn create_table(direct: &Target, opts: &Opts) -> Result<(), String> {
     ] {
         c.query(&sql).await.map_err(|e| format!("{sql}: {e}"))?;
     }
+    if opts.workloads.has("streams") {
+        streams::create_tables(&mut c, &direct.db, opts.ack_wait).await?;
+    }
+    if opts.workloads.has("fifo") {
+        fifo::create_tables(&mut c, &direct.db, opts.ack_wait, fifo_moved).await?;
+    }
     c.quit().await;
     Ok(())
 }
 
-/// Waits until a proxy answers `ACK` on the table (it has loaded it).
-async fn wait_loaded(proxy: &Target) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        match Conn::connect(proxy).await {
-            Ok(mut c) => match c.query(&format!("ACK `{TABLE}` 0")).await {
-                Ok(_) => {
-                    c.quit().await;
-                    return Ok(());
-                }
+/// Waits until a proxy answers `ACK` on each message table (it has loaded them).
+async fn wait_loaded(proxy: &Target, tables: &[&str]) -> Result<(), String> {
+    for table in tables {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut last = String::new();
+        let mut done = false;
+        while !done && Instant::now() < deadline {
+            match Conn::connect(proxy).await {
+                Ok(mut c) => match c.query(&format!("ACK `{table}` 0")).await {
+                    Ok(_) => {
+                        c.quit().await;
+                        done = true;
+                        continue;
+                    }
+                    Err(e) => last = e.to_string(),
+                },
                 Err(e) => last = e.to_string(),
-            },
-            Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        if !done {
+            return Err(format!(
+                "msgproxy on port {} did not load {table} within 30 s: {last}",
+                proxy.port
+            ));
+        }
     }
-    Err(format!(
-        "msgproxy on port {} did not load {TABLE} within 30 s: {last}",
-        proxy.port
-    ))
+    Ok(())
 }
 
-/// Waits until every row is acked or `limit` passes; returns how many rows are left unacked.
-async fn drain(direct: &Target, limit: Duration) -> Result<u64, String> {
+/// What the drain left.
+#[derive(Debug, Default)]
+struct Left {
+    /// Message rows unacked.
+    messages: u64,
+    /// Stream groups not done, each described.
+    stream_groups: Vec<String>,
+    /// FIFO messages neither acked nor dead.
+    fifo: u64,
+}
+
+impl Left {
+    fn is_empty(&self) -> bool {
+        self.messages == 0 && self.stream_groups.is_empty() && self.fifo == 0
+    }
+}
+
+/// Progress lines during the drain.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Waits until every workload is done or `limit` passes, with a progress line every 5 s:
+/// messages — every row acked; streams — every group's saved position passed every insert known
+/// to be committed and every event it delivered; FIFO — every message acked or
+/// dead. Returns what is left.
+async fn drain(
+    direct: &Target,
+    clients: &Clients,
+    limit: Duration,
+    base: Instant,
+) -> Result<Left, String> {
     let deadline = Instant::now() + limit;
-    let sql = format!("SELECT COUNT(*) FROM `{TABLE}` WHERE time_acked IS NULL OR time_acked = 0");
+    let mut next_progress = Instant::now() + PROGRESS_EVERY;
     let mut conn: Option<Conn> = None;
-    let mut left = u64::MAX;
+    let mut answered = false;
     loop {
         if conn.is_none() {
             conn = Conn::connect(direct).await.ok();
         }
+        let mut left = Left::default();
+        let mut notes = Vec::new();
         if let Some(c) = conn.as_mut() {
-            match c.query_rows(&sql).await {
-                Ok(rows) => {
-                    left = rows
-                        .first()
-                        .and_then(|r| r[0].as_deref())
-                        .and_then(|v| v.parse().ok())
-                        .unwrap_or(u64::MAX);
-                    if left == 0 {
-                        return Ok(0);
-                    }
+            match drain_state(c, direct, clients, base).await {
+                Ok((l, n)) => {
+                    answered = true;
+                    left = l;
+                    notes = n;
                 }
                 Err(_) => conn = None,
             }
         }
+        if conn.is_some() && left.is_empty() {
+            return Ok(left);
+        }
         if Instant::now() >= deadline {
-            if left == u64::MAX {
+            if !answered {
                 return Err("the server did not answer during the drain".into());
             }
             return Ok(left);
         }
+        if Instant::now() >= next_progress {
+            next_progress += PROGRESS_EVERY;
+            println!(
+                "{} drain: {}",
+                at(base),
+                if notes.is_empty() {
+                    "the server does not answer".to_string()
+                } else {
+                    notes.join("; ")
+                }
+            );
+        }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// One look at what is left, and a note per workload for the progress line.
+async fn drain_state(
+    c: &mut Conn,
+    direct: &Target,
+    clients: &Clients,
+    base: Instant,
+) -> Result<(Left, Vec<String>), String> {
+    let mut left = Left::default();
+    let mut notes = Vec::new();
+    if clients.messages.is_some() {
+        let sql =
+            format!("SELECT COUNT(*) FROM `{TABLE}` WHERE time_acked IS NULL OR time_acked = 0");
+        let rows = c.query_rows(&sql).await.map_err(|e| e.to_string())?;
+        left.messages = rows
+            .first()
+            .and_then(|r| r[0].as_deref())
+            .and_then(|v| v.parse().ok())
+            .ok_or("COUNT(*) answered no number")?;
+        notes.push(format!("messages {} unacked", left.messages));
+    }
+    if let Some(s) = &clients.streams {
+        let saved = streams::saved_positions(direct).await?;
+        let floors = saved.iter().map(|(g, (f, _))| (g.clone(), *f)).collect();
+        let now_us = base.elapsed().as_micros() as u64;
+        for g in s.groups(&floors) {
+            let (floor, owner) = saved.get(&g.name).cloned().unwrap_or((0, None));
+            let passed = g.max_eid.is_none_or(|m| floor > m);
+            if g.never_delivered + g.not_passed > 0 || !passed {
+                let idle = g
+                    .last_delivery_us
+                    .map_or("never delivered".to_string(), |t| {
+                        format!(
+                            "last delivery {:.1} s ago",
+                            now_us.saturating_sub(t) as f64 / 1e6
+                        )
+                    });
+                let desc = format!(
+                    "{}: {} committed inserts never delivered, {} delivered and not passed by its saved position {floor}{}, {idle}, served by {}",
+                    g.name,
+                    g.never_delivered,
+                    g.not_passed,
+                    if passed { "" } else { " (behind its last delivery)" },
+                    owner.as_deref().unwrap_or("nobody")
+                );
+                notes.push(format!("streams {desc}"));
+                left.stream_groups.push(desc);
+            }
+        }
+        if left.stream_groups.is_empty() {
+            notes.push("streams done".into());
+        }
+    }
+    if clients.fifo.is_some() {
+        left.fifo = fifo::due_count(c).await?;
+        notes.push(format!("fifo {} neither acked nor dead", left.fifo));
+    }
+    Ok((left, notes))
 }
 
 /// Every row's epoch and time_acked.
