@@ -166,31 +166,6 @@ async fn a_group_column_without_its_index_is_an_error() {
     let _ = c.disconnect().await;
 }
 
-/// An index made or dropped on the server directly (not through this proxy) is seen in the
-/// binlog and the table is read again: the group index comes and goes with it. (The binlog once
-/// counted only DDL of tables and databases as DDL, so this table stayed as it was until the
-/// next catalog read, five minutes later.)
-#[tokio::test]
-async fn a_group_index_made_or_dropped_elsewhere_is_seen_in_the_binlog() {
-    let env = Env::new("msg_fifo_index_binlog").await;
-    wait_for_log(&env.proxy, "binlog: following from", 15).await;
-    env.ddl(&table_sql("q", 1, "", false)).await;
-    let opens = async || Stream::open(env.proxy.port(), &env.db, "STREAM * FROM q").await;
-    assert!(opens().await.is_err(), "no group index yet");
-    env.direct("create index k_fifo on q (k, id)").await;
-    assert!(
-        crate::support::eventually(20, async || opens().await.is_ok()).await,
-        "the index made directly was not seen within 20 s:\n{}",
-        env.log()
-    );
-    env.direct("drop index k_fifo on q").await;
-    assert!(
-        crate::support::eventually(20, async || opens().await.is_err()).await,
-        "the index dropped directly was not seen within 20 s:\n{}",
-        env.log()
-    );
-}
-
 /// The poller walks the groups a page (1,000) at a time from where it stopped: groups past the
 /// first page, and past groups with nothing pending (all acked), come in turn too.
 #[tokio::test]
