@@ -99,7 +99,7 @@ async fn backend_killed_mid_session_then_restarted() {
         (res.map_err(|e| Failure::of(&e)), started.elapsed())
     };
     let killer = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        crate::support::wait_until_running(&server, "SELECT SLEEP(20)").await;
         server.kill();
     };
     let ((busy_res, busy_elapsed), ()) = tokio::join!(busy_query, killer);
@@ -332,13 +332,22 @@ async fn ordinary_disconnects_are_not_logged_as_errors() {
         .read_packet_timeout(Duration::from_secs(10))
         .await
         .expect("first packet");
+    let quitter_id = quitter.greeting.connection_id;
     quitter.abandon();
     let idle = RawConn::connect(proxy.port(), "root", "", None)
         .await
         .expect("raw connect");
+    let idle_id = idle.greeting.connection_id;
     idle.abandon();
-    // Give the proxy a moment to notice all of that.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The proxy has noticed both hang-ups (it closed their backend sessions), and so has
+    // logged whatever it logs for them.
+    for id in [quitter_id, idle_id] {
+        assert!(
+            crate::support::backend_session_gone(_server, id).await,
+            "backend session {id} still open\n{}",
+            proxy.log()
+        );
+    }
     let log = proxy.log();
     let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
     assert!(
