@@ -147,7 +147,6 @@ async fn replay_from_earliest_a_timestamp_an_event_and_seek() {
     })
     .await;
     assert!(ticked, "the server's clock stood at {after_first}");
-    drop(now);
     let _ = c.disconnect().await;
     let second = insert_direct(&env, 5, 5, "b").await;
 
