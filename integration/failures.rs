@@ -28,6 +28,7 @@ async fn connect_retrying_1040(port: u16) -> Conn {
         match connect(port).await {
             Ok(conn) => return conn,
             Err(Failure::Server { code: 1040, .. }) if Instant::now() < deadline => {
+                // Retry pace until the deadline, not a wait for something.
                 tokio::time::sleep(Duration::from_millis(100)).await
             }
             Err(e) => panic!("connect: {e:?}"),
@@ -390,6 +391,7 @@ async fn connection_limit_bounds_backend_sessions() {
                         Err(e) => match Failure::of(&e) {
                             Failure::Server { code: 1040, .. } if Instant::now() < give_up => {
                                 refused += 1;
+                                // Retry pace until `give_up`, not a wait for something.
                                 tokio::time::sleep(Duration::from_millis(20)).await;
                             }
                             other => return Err(other),
@@ -412,6 +414,7 @@ async fn connection_limit_bounds_backend_sessions() {
             .await
             .expect("count backend sessions");
         most = most.max(n.unwrap_or(0));
+        // Sampling pace of the backend session count, not a wait.
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut refused = 0;

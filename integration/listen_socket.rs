@@ -45,6 +45,7 @@ fn sigterm(proxy: &Proxy) {
 async fn wait_until(done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while !done() && Instant::now() < deadline {
+        // How often to look, not a wait for something to happen.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

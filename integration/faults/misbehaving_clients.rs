@@ -351,6 +351,7 @@ async fn clients_vanishing_mid_batch_result_or_load_data_leave_nothing_behind() 
         let mut cut = vec![0x00, 0x00, 0x01, 6];
         cut.extend(std::iter::repeat_n(b'9', 1024));
         quitter.write_raw(&cut).await.expect("a cut packet");
+        // The scenario: the cut packet arrives on its own, then the client vanishes.
         tokio::time::sleep(secs(0.1)).await;
         quitter.abandon();
         assert!(

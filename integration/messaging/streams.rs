@@ -343,6 +343,7 @@ async fn purges_elsewhere_do_not_hold_up_delivery() {
                     )
                     .await;
                 }
+                // The concurrent purger's pace, part of the load under test.
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }));
