@@ -8,7 +8,9 @@
 //! everything: a wrong guess here must never leave a message table unloaded.
 
 use super::current_db::may_hold_several;
-use super::lexer::{is_word, string_value, Quoting, Spelled, SpelledTokens, TokenKind, Words};
+use super::lexer::{
+    is_word, string_value, unquote_identifier, Quoting, Spelled, SpelledTokens, TokenKind, Words,
+};
 use super::mentions::contains_ignore_ascii_case;
 use super::{Keyword, TableName};
 
@@ -294,10 +296,7 @@ fn identifier((kind, text): Spelled<'_>) -> Option<String> {
     let text = std::str::from_utf8(text).ok()?;
     match kind {
         TokenKind::Word => Some(text.to_owned()),
-        TokenKind::QuotedIdent => {
-            let inner = text.get(1..text.len().checked_sub(1)?)?;
-            (!inner.is_empty()).then(|| inner.replace("``", "`"))
-        }
+        TokenKind::QuotedIdent => unquote_identifier(text),
         _ => None,
     }
 }

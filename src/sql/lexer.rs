@@ -106,6 +106,14 @@ pub(super) fn is_identifier_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
 }
 
+/// The name a [`TokenKind::QuotedIdent`] token (backticks included) stands for: without its
+/// backticks, a doubled backtick as one. `None` for an empty name (`` `` ``), which the server
+/// refuses.
+pub fn unquote_identifier(token: &str) -> Option<String> {
+    let inner = token.get(1..token.len().checked_sub(1)?)?;
+    (!inner.is_empty()).then(|| inner.replace("``", "`"))
+}
+
 /// A token with its text, for the small parsers that walk a statement word by word (`KILL QUERY`,
 /// `PREPARE ... FROM`).
 pub(super) type Spelled<'a> = (TokenKind, &'a [u8]);
@@ -175,12 +183,39 @@ impl<'a> Words<'a> {
             .is_some_and(|w| w.eq_ignore_ascii_case(word.as_bytes()))
     }
 
+    /// The next token, as far as a reader of names cares (`None` at the end).
+    pub fn next_piece(&mut self) -> Option<Piece<'a>> {
+        let token = self.lexer.next_token();
+        let sql: &'a [u8] = self.sql;
+        let text = sql.get(token.start..token.end).unwrap_or_default();
+        Some(match token.kind {
+            TokenKind::Eof => return None,
+            TokenKind::Word => Piece::Word(text),
+            TokenKind::QuotedIdent => Piece::QuotedIdent(text),
+            TokenKind::Punct(b) => Piece::Punct(b),
+            _ => Piece::Other,
+        })
+    }
+
     /// What follows the tokens read so far, from the next one on (empty at the end).
     pub fn rest(&self) -> &'a [u8] {
         let next = self.lexer.clone().next_token();
         let sql: &'a [u8] = self.sql;
         sql.get(next.start..).unwrap_or_default()
     }
+}
+
+/// A token as [`Words::next_piece`] gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// An unquoted word: a keyword or a bare identifier.
+    Word(&'a [u8]),
+    /// A backtick-quoted identifier, backticks included ([`unquote_identifier`]).
+    QuotedIdent(&'a [u8]),
+    /// One byte of punctuation: `.`, `,`, `(`, ...
+    Punct(u8),
+    /// A literal, or what cannot be read (an unterminated string or comment).
+    Other,
 }
 
 /// Turns a statement into tokens, one [`Lexer::next_token`] at a time. Never allocates, never panics; after

@@ -55,7 +55,7 @@ mod property_tests;
 pub use classify::{classify, version_gate};
 pub use ddl::{ddl_effect, is_ddl, DdlEffect};
 pub use kill::{executed_kill_target, kill_query, kill_query_target, KillQueryTarget};
-pub use lexer::{Quoting, Words};
+pub use lexer::{unquote_identifier, Piece, Quoting, Words};
 pub use mentions::{contains_ignore_ascii_case, is_bare_identifier, names_identifier};
 pub use prepare::prepared_text;
 pub use rewrite::{rewrite, socket_literal};
