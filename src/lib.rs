@@ -16,6 +16,8 @@
 //!   engine about message-table rows written by anyone, and about DDL.
 //! - [`streams`] — event streams: `msgproxy_stream` tables read by consumer groups from the binlog,
 //!   with durable group progress and leases in msgproxy's own table (docs/STREAMS.md).
+//! - [`cluster`] — several servers behind `--backend`: which one is usable (writable, synced), the
+//!   one in use, and the engine pool that follows a switch (docs/CLUSTERS.md).
 //! - [`metrics`] — Prometheus metrics: the per-proxy counters, the page (with the per-table
 //!   counters of `messaging::stats`) and the `GET /metrics` endpoint.
 
@@ -24,6 +26,7 @@ pub mod sql;
 pub mod backend;
 pub mod backend_tls;
 pub mod binlog;
+pub mod cluster;
 pub mod config;
 pub mod frontend;
 pub mod messaging;
