@@ -3,6 +3,7 @@
 
 mod backend_sessions;
 mod change_user;
+mod conflicts;
 mod event_streams;
 mod interrupts;
 mod login;
