@@ -130,12 +130,15 @@ find_tools() {
     client_bin=$(msgproxy_find_tool mariadb)
 }
 
-# Initialises node I's data directory once (owned by the user the server runs as).
+# Initialises node I's data directory once (owned by the user the server runs as). A Galera node that
+# joins a running cluster (JOINER=1) gets its data by state transfer: an empty directory is enough.
 init_node() {
     local d
     d=$(node_dir "$1")
     mkdir -p "$d"
-    if [ ! -f "$d/.initialized" ]; then
+    if [ ! -f "$d/.initialized" ] && [ "${2:-0}" = 1 ]; then
+        mkdir -p "$d/data"
+    elif [ ! -f "$d/.initialized" ]; then
         rm -rf "$d/data"
         mkdir -p "$d/data"
         [ "$run_user" = "$(whoami)" ] || chown -R "$run_user" "$d"
@@ -272,15 +275,17 @@ backend_value() {
     printf '%s\n' "$urls"
 }
 
+# galera_start_node I [fresh]: starts node I, bootstrapping a new cluster when no other node runs. `fresh`: the
+# other nodes are starting too (galera start), so there is no killed member to wait out.
 galera_start_node() {
-    local i=$1 others=0 j
+    local i=$1 fresh=${2:-} others=0 j
     for j in $(seq 1 "$NODES"); do
         [ "$j" = "$i" ] || ! node_pid "$j" >/dev/null || others=$((others + 1))
     done
-    init_node "$i"
+    if [ "$others" -eq 0 ]; then init_node "$i"; else init_node "$i" 1; fi
     # A node restarted while the others still count its old self as a member (within evs.inactive_timeout of a
     # kill) goes through rounds of failed view installs first: wait for them to drop it, a few seconds at most.
-    [ "$others" -eq 0 ] || wait_cluster_size "$others"
+    [ "$others" -eq 0 ] || [ -n "$fresh" ] || wait_cluster_size "$others"
     if [ "$others" -eq 0 ]; then
         # The first node bootstraps the cluster; it must have the newest state (safe_to_bootstrap).
         sed -i 's/^safe_to_bootstrap: 0/safe_to_bootstrap: 1/' "$(node_dir "$i")/data/grastate.dat" 2>/dev/null || true
@@ -298,11 +303,13 @@ galera_start() {
     [ -f "$galera_lib" ] || msgproxy_die "galera-4 is installed but $galera_lib is missing"
     printf '%s\n' "$port" >"$portfile"
     [ "$run_user" = "$(whoami)" ] || chown "$run_user" "$dir"
+    # Node 1 bootstraps; the others join one at a time (each by a state transfer from a synced node: two at
+    # once would wait for the one donor anyway).
     for i in $(seq 1 "$NODES"); do
         if node_pid "$i" >/dev/null; then
             msgproxy_info "node $i already running"
         else
-            galera_start_node "$i"
+            galera_start_node "$i" fresh
         fi
     done
     sql 1 "CREATE DATABASE IF NOT EXISTS test" >&2
