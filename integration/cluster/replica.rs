@@ -86,6 +86,8 @@ async fn failover_to_a_promoted_replica() {
         "the first message came {served_after:?} after the new primary was writable\n{}",
         proxy.log()
     );
+    // A figure for docs/CLUSTERS.md.
+    eprintln!("replica: first message {served_after:?} after the promotion");
     let got: BTreeSet<i64> = ids(&second).into_iter().collect();
     assert_eq!(
         got,
