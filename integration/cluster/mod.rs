@@ -5,3 +5,4 @@
 mod galera;
 mod harness;
 mod replica;
+mod switch;
