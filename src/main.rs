@@ -110,6 +110,7 @@ async fn run(config: Config) -> std::process::ExitCode {
     if let Some(listener) = metrics_listener {
         let registry = msgproxy::metrics::Registry {
             streams: Some(stream_engine.clone()),
+            backends: Some(backends.clone()),
             proxy: ctx.metrics.clone(),
             engine: Some(engine),
             binlog: Some(msgproxy::metrics::BinlogView {

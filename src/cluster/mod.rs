@@ -16,6 +16,7 @@
 pub mod health;
 mod pool;
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,6 +46,18 @@ pub struct Current {
 pub struct Backends {
     targets: Vec<BackendTarget>,
     current: watch::Sender<Current>,
+    /// Each server's last answer, for the metrics: 0 not checked, 1 usable, 2 not usable.
+    answers: Vec<AtomicU8>,
+}
+
+/// One configured server as the metrics show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerView {
+    /// host:port, or the socket's path.
+    pub address: String,
+    /// The last check's answer; `None` before the first check (and always with one server).
+    pub usable: Option<bool>,
+    pub in_use: bool,
 }
 
 impl Backends {
@@ -59,7 +72,12 @@ impl Backends {
             target: targets[0].clone(),
             generation: 0,
         });
-        Arc::new(Backends { targets, current })
+        let answers = targets.iter().map(|_| AtomicU8::new(0)).collect();
+        Arc::new(Backends {
+            targets,
+            current,
+            answers,
+        })
     }
 
     /// A single server (set-ups and tests with one backend).
@@ -80,6 +98,25 @@ impl Backends {
     /// Sees every switch.
     pub fn subscribe(&self) -> watch::Receiver<Current> {
         self.current.subscribe()
+    }
+
+    /// Every configured server: its last answer and whether it is the one in use.
+    pub fn servers(&self) -> Vec<ServerView> {
+        let in_use = self.current.borrow().index;
+        self.targets
+            .iter()
+            .zip(&self.answers)
+            .enumerate()
+            .map(|(i, (t, answer))| ServerView {
+                address: t.address(),
+                usable: match answer.load(Ordering::Relaxed) {
+                    1 => Some(true),
+                    2 => Some(false),
+                    _ => None,
+                },
+                in_use: i == in_use,
+            })
+            .collect()
     }
 
     /// Whether there is more than one server to choose from.
@@ -141,6 +178,7 @@ impl Backends {
             .map(|(i, c)| c.unwrap_or_else(|| Checker::new(self.targets[i].clone())))
             .collect();
         for (i, health) in answers.iter().enumerate() {
+            self.answers[i].store(if health.is_usable() { 1 } else { 2 }, Ordering::Relaxed);
             if last[i].as_ref() != Some(health) {
                 let address = self.targets[i].address();
                 match health {
