@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::harness::{run, scalar};
 use crate::messaging::harness::{ack, connect, ids, Stream};
+use crate::support::metrics::{sample, scrape};
 use crate::support::process::free_port;
 use crate::support::{eventually, MariaDb, Proxy};
 
@@ -27,9 +28,11 @@ async fn read_only_decides_and_a_switch_moves_new_sessions() {
     let one = MariaDb::start();
     let two = MariaDb::start();
     one.sql("SET GLOBAL read_only = ON");
+    let metrics_port = free_port();
+    let listen = format!("127.0.0.1:{metrics_port}");
     let proxy = Proxy::start(
         &format!("{},{}", one.backend_url(), two.backend_url()),
-        &[],
+        &["--metrics-listen", &listen],
         None,
     );
     let mut old = connect(proxy.port(), "test").await;
@@ -79,6 +82,25 @@ async fn read_only_decides_and_a_switch_moves_new_sessions() {
             .contains(&format!("switching backend from 127.0.0.1:{}", two.port())),
         "{}",
         proxy.log()
+    );
+    let page = scrape(metrics_port).await;
+    let one_label = format!("127.0.0.1:{}", one.port());
+    let two_label = format!("127.0.0.1:{}", two.port());
+    // Two moves: off the read-only first server at start, then back to it.
+    assert_eq!(
+        sample(&page, "msgproxy_backend_switches_total", &[]),
+        Some(2.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, "msgproxy_backend_in_use", &[("backend", &one_label)]),
+        Some(1.0),
+        "{page}"
+    );
+    assert_eq!(
+        sample(&page, "msgproxy_backend_usable", &[("backend", &two_label)]),
+        Some(0.0),
+        "{page}"
     );
     one.stop();
     two.stop();
