@@ -16,11 +16,14 @@
 //!   engine about message-table rows written by anyone, and about DDL.
 //! - [`streams`] — event streams: `msgproxy_stream` tables read by consumer groups from the binlog,
 //!   with durable group progress and leases in msgproxy's own table (docs/STREAMS.md).
+//! - [`admin`] — the operator's page (`--admin-listen`): tables, charts, stream groups, problems,
+//!   and the redrive / seek actions, with logins and anti-forgery checks (docs/OPERATOR.md).
 //! - [`metrics`] — Prometheus metrics: the per-proxy counters, the page (with the per-table
 //!   counters of `messaging::stats`) and the `GET /metrics` endpoint.
 
 pub mod sql;
 
+pub mod admin;
 pub mod backend;
 pub mod backend_tls;
 pub mod binlog;

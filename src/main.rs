@@ -79,6 +79,26 @@ async fn run(config: Config) -> std::process::ExitCode {
         },
         None => None,
     };
+    let admin_listener = match &config.admin {
+        Some(admin) => match tokio::net::TcpListener::bind(admin.listen).await {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                error!("cannot serve the operator's page on {}: {e}", admin.listen);
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    let admin_tls = match (&config.admin, &config.tls) {
+        (Some(admin), Some(tls)) if admin.tls => match msgproxy::frontend::tls::acceptor(tls) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                error!("operator's page: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        },
+        _ => None,
+    };
     let engine = msgproxy::messaging::engine::Engine::start(&backend, shutdown.clone()).await;
     // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
     // and the pollers carry on alone.
@@ -113,6 +133,36 @@ async fn run(config: Config) -> std::process::ExitCode {
         tokio::spawn(msgproxy::metrics::http::serve(
             listener,
             std::sync::Arc::new(registry),
+            shutdown.clone(),
+        ));
+    }
+    if let (Some(listener), Some(settings)) = (admin_listener, ctx.config.admin.clone()) {
+        let admin = msgproxy::admin::Admin::new(
+            settings.clone(),
+            ctx.config.users.clone(),
+            ctx.engine.clone(),
+            Some(stream_engine.clone()),
+            Some(msgproxy::metrics::BinlogView {
+                status: binlog.subscribe(),
+                activity: binlog.activity(),
+            }),
+            ctx.metrics.clone(),
+        );
+        if let Ok(shown) = listener.local_addr() {
+            let scheme = if admin_tls.is_some() { "https" } else { "http" };
+            info!(
+                "operator's page at {scheme}://{shown}/ (actions {})",
+                if settings.actions_allowed() {
+                    "on"
+                } else {
+                    "off: not loopback, not TLS"
+                }
+            );
+        }
+        tokio::spawn(msgproxy::admin::serve(
+            listener,
+            std::sync::Arc::new(admin),
+            admin_tls,
             shutdown.clone(),
         ));
     }

@@ -100,6 +100,14 @@ impl ProxyMetrics {
         }
     }
 
+    /// Client connections open now.
+    pub fn open_connections(&self) -> u64 {
+        let closed = self.connections_closed.load(Relaxed);
+        self.connections_accepted
+            .load(Relaxed)
+            .saturating_sub(closed)
+    }
+
     pub fn backend_error(&self, kind: BackendErrorKind) {
         match kind {
             BackendErrorKind::Connect => &self.backend_connect_errors,
