@@ -225,13 +225,21 @@ impl Admin {
         } else {
             None
         };
+        let rates = self.history.rates(now_ms);
+        // The x axis spans the samples there are (at least a minute, at most the ring's ten
+        // minutes), so a proxy started a moment ago shows its first minutes across the chart.
+        let full = (history::SAMPLES as f64) * history::SAMPLE_EVERY.as_secs_f64();
+        let oldest = rates
+            .first()
+            .and_then(|s| s.first())
+            .map_or(0.0, |p| -p.0 + history::SAMPLE_EVERY.as_secs_f64());
         View {
             tables,
             groups,
             groups_error,
             binlog,
-            rates: self.history.rates(now_ms),
-            span_seconds: (history::SAMPLES as f64) * history::SAMPLE_EVERY.as_secs_f64(),
+            rates,
+            span_seconds: oldest.clamp(60.0, full),
             recent_actions: self.log.recent(),
             who: who.map(Principal::name),
             form_token,

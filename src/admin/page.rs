@@ -109,7 +109,8 @@ th{background:#eee}td.n,th.n{text-align:left}tr.bad td{background:#fee}tr.warn t
 .chart svg{width:300px;height:60px;display:block}.frame{fill:#fff;stroke:#ccc}\
 .line{fill:none;stroke:#36c;stroke-width:1.5}.empty{font-size:10px;fill:#999}\
 .muted{color:#777}.err{color:#a00}form{display:inline;margin:0}\
-button{font-size:12px}.confirm{background:#fff;border:1px solid #c99;padding:1em;max-width:50em}";
+button{font-size:12px}.wide{overflow-x:auto}\
+td.opts{max-width:16em;overflow:hidden;text-overflow:ellipsis}td.why{white-space:normal;max-width:60em}.confirm{background:#fff;border:1px solid #c99;padding:1em;max-width:50em}";
 
 /// The whole page.
 pub fn render(v: &View) -> String {
@@ -203,8 +204,12 @@ fn render_errors(h: &mut String, v: &View) {
 fn render_charts(h: &mut String, v: &View) {
     let _ = write!(
         h,
-        "<h2>Last {} minutes (per second)</h2><div class=\"charts\">",
-        (v.span_seconds / 60.0).round()
+        "<h2>Last {} (per second)</h2><div class=\"charts\">",
+        if v.span_seconds <= 90.0 {
+            format!("{:.0} seconds", v.span_seconds)
+        } else {
+            format!("{:.0} minutes", v.span_seconds / 60.0)
+        }
     );
     for (i, title) in SERIES.iter().enumerate() {
         let points = v.rates.get(i).map(Vec::as_slice).unwrap_or_default();
@@ -240,11 +245,11 @@ fn render_tables(h: &mut String, v: &View) {
         return;
     }
     h.push_str(
-        "<table><tr><th class=\"n\">table</th><th title=\"unacked and due now, counted in the table\">due</th>\
+        "<div class=\"wide\"><table><tr><th class=\"n\">table</th><th title=\"unacked and due now, counted in the table\">due</th>\
          <th title=\"sent, ack wait not over\">in flight</th><th title=\"never sent, due later\">scheduled</th>\
          <th title=\"sent vt_max_attempts times, never acked\">dead</th><th title=\"acked, waiting for vt_purge_after\">acked, awaiting purge</th>\
          <th title=\"age of the oldest due message this proxy holds\">oldest due</th><th>streams</th>\
-         <th>sent</th><th>acked</th><th>redelivered</th><th>dead-lettered</th><th>purged</th><th class=\"n\">options</th><th></th></tr>",
+         <th>sent</th><th>acked</th><th>redelivered</th><th>dead-lettered</th><th>purged</th><th></th><th class=\"n\">options</th></tr>",
     );
     for t in &v.tables {
         let full = format!("{}.{}", t.schema, t.name);
@@ -254,7 +259,7 @@ fn render_tables(h: &mut String, v: &View) {
                 let _ = write!(
                     h,
                     "<tr class=\"bad\" data-table=\"{}\" data-status=\"broken\"><td class=\"n\">{}</td>\
-                     <td class=\"n err\" colspan=\"14\">not loaded: {}</td></tr>",
+                     <td class=\"n err why\" colspan=\"15\">not loaded: {}</td></tr>",
                     escape(&full),
                     escape(&full),
                     escape(why)
@@ -291,7 +296,7 @@ fn render_tables(h: &mut String, v: &View) {
              data-scheduled=\"{}\" data-dead=\"{}\" data-acked-unpurged=\"{}\" data-streams=\"{}\" \
              data-sent=\"{}\" data-acked=\"{}\" data-redelivered=\"{}\" data-dead-lettered=\"{}\"{counted}>\
              <td class=\"n\">{}</td><td>{due}</td><td>{in_flight}</td><td>{scheduled}</td><td>{}</td><td>{acked}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n muted\">{}</td><td>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>",
             escape(&full),
             f.depth.map_or(String::new(), |d| d.due.to_string()),
             f.depth.map_or(String::new(), |d| d.in_flight.to_string()),
@@ -312,7 +317,6 @@ fn render_tables(h: &mut String, v: &View) {
             f.redelivered,
             f.dead_lettered,
             f.purged,
-            escape(&f.options),
         );
         if let Some(token) = &v.form_token {
             if f.can_die && dead > 0 {
@@ -326,9 +330,13 @@ fn render_tables(h: &mut String, v: &View) {
                 );
             }
         }
-        h.push_str("</td></tr>");
+        let _ = write!(
+            h,
+            "</td><td class=\"n muted opts\" title=\"{o}\">{o}</td></tr>",
+            o = escape(&f.options)
+        );
     }
-    h.push_str("</table>");
+    h.push_str("</table></div>");
 }
 
 fn render_groups(h: &mut String, v: &View) {
@@ -343,7 +351,7 @@ fn render_groups(h: &mut String, v: &View) {
         return;
     }
     h.push_str(
-        "<table><tr><th class=\"n\">table</th><th class=\"n\">group</th><th class=\"n\">filter</th>\
+        "<div class=\"wide\"><table><tr><th class=\"n\">table</th><th class=\"n\">group</th><th class=\"n\">filter</th>\
          <th>position</th><th title=\"events read and not acked\">behind</th><th>oldest unread</th>\
          <th>in flight</th><th>streams</th><th>sent</th><th>acked</th><th>redelivered</th>\
          <th class=\"n\">status</th><th class=\"n\">served by</th><th></th></tr>",
@@ -358,7 +366,7 @@ fn render_groups(h: &mut String, v: &View) {
         let _ = write!(
             h,
             "<tr{class} data-group=\"{}/{}\" data-position=\"{}\" data-behind=\"{}\" data-in-flight=\"{}\" data-streams=\"{}\">\
-             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n muted\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n muted opts\">{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n muted\">{}</td><td>",
             escape(&table),
             escape(&g.key.group),
@@ -396,7 +404,7 @@ fn render_groups(h: &mut String, v: &View) {
         }
         h.push_str("</td></tr>");
     }
-    h.push_str("</table>");
+    h.push_str("</table></div>");
 }
 
 fn render_actions(h: &mut String, v: &View) {
