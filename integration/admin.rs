@@ -74,10 +74,14 @@ fn page_figures(page: &str, table: &str) -> Option<[u64; 5]> {
 }
 
 async fn get(port: u16, auth: Option<&str>) -> Answer {
+    get_path(port, "/", auth).await
+}
+
+async fn get_path(port: u16, path: &str, auth: Option<&str>) -> Answer {
     let auth = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
     http(
         port,
-        &format!("GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n"),
+        &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}\r\n"),
     )
     .await
 }
@@ -487,4 +491,220 @@ async fn the_public_view_is_read_only_and_off_by_default() {
     .await;
     assert_eq!(post_anon.status, 401);
     assert_eq!(db_figures(&env, "q").await[3], 1);
+}
+
+#[tokio::test]
+async fn off_loopback_actions_need_tls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (cert, key) = crate::tls::self_signed(dir.path());
+    let config = format!("{USERS}\n[tls]\ncert = \"{cert}\"\nkey = \"{key}\"\n");
+    // Plain HTTP on every address: the page, but no actions.
+    let port = free_port();
+    let everywhere = format!("0.0.0.0:{port}");
+    let env = Env::with_config("admin_remote", &["--admin-listen", &everywhere], &config).await;
+    wait_for_log(&env.proxy, "(actions off: not loopback, not TLS)", 15).await;
+    env.ddl(&format!("create table q {TABLE} comment '{}'", comment()))
+        .await;
+    make_dead(&env, "q", 1..=2).await;
+    let ops = basic("ops", "ops-secret-pw");
+    let page = get(port, Some(&ops)).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body
+            .contains("Actions are off: this listener is neither loopback nor TLS"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("<form"), "{}", page.body);
+    let refused = post(
+        port,
+        Some(&ops),
+        "",
+        "action=redrive&schema=admin_remote&table=q&csrf=x&confirm=yes",
+    )
+    .await;
+    assert_eq!(refused.status, 403);
+    assert!(
+        refused.body.contains("not loopback and not TLS"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(db_figures(&env, "q").await[3], 2, "nothing redriven");
+
+    // The same over HTTPS (--admin-tls): the browser sees the page with its actions.
+    let tls_port = free_port();
+    let tls_listen = format!("0.0.0.0:{tls_port}");
+    let proxy = crate::support::Proxy::start(
+        &env.server.url("admin_remote"),
+        &["--admin-listen", &tls_listen, "--admin-tls"],
+        Some(&config),
+    );
+    wait_for_log(
+        &proxy,
+        &format!("operator's page at https://0.0.0.0:{tls_port}/ (actions on)"),
+        15,
+    )
+    .await;
+    let url = format!("https://ops:ops-secret-pw@127.0.0.1:{tls_port}/");
+    eventually(secs(20.0), "the redrive button over HTTPS", || async {
+        let dom = browser::dump_dom_with(&url, &["--ignore-certificate-errors"]);
+        (!dom.contains("Redrive 2 dead")).then(|| dom.chars().take(400).collect())
+    })
+    .await;
+    // Plain HTTP to the HTTPS port gets no page.
+    let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", tls_port))
+        .await
+        .expect("connect");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tcp.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(secs(10.0), tcp.read_to_end(&mut got)).await;
+    assert!(!String::from_utf8_lossy(&got).contains("data-table"));
+    proxy.assert_alive();
+}
+
+/// Bounded and fast with many tables: 1,000 message tables (100 of them with a `STREAM` open and
+/// messages waiting) and 100 stream groups, on a MariaDB of its own. Prints the page's size, the
+/// time of a whole `GET /` (the stream groups' table read included) and the proxy's memory
+/// before and after 100 loads. Not part of the suite (a minute or two of setup):
+///
+///     cargo test --test integration admin::scale -- --ignored --nocapture
+#[tokio::test]
+#[ignore]
+async fn scale_1000_tables_and_100_groups() {
+    use crate::messaging::harness::{connect, Stream};
+    use crate::support::{MariaDb, Proxy};
+    use std::time::Instant;
+
+    let server: &'static MariaDb = Box::leak(Box::new(MariaDb::start()));
+    let db = "admin_scale";
+    let mut c = mysql_async::Conn::new(crate::support::opts(server.port(), "root", None, None))
+        .await
+        .expect("connect");
+    exec(&mut c, "SET GLOBAL max_connections = 2000")
+        .await
+        .unwrap();
+    exec(&mut c, &format!("CREATE DATABASE {db}"))
+        .await
+        .unwrap();
+    exec(&mut c, &format!("USE {db}")).await.unwrap();
+    let started = Instant::now();
+    for i in 0..1000 {
+        exec(
+            &mut c,
+            &format!(
+                "create table q{i:04} {TABLE} comment 'vitess_message,vt_ack_wait=30,vt_purge_after=600,\
+                 vt_batch_size=10,vt_cache_size=100,vt_poller_interval=5,vt_max_attempts=5'"
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    for t in 0..10 {
+        exec(
+            &mut c,
+            &format!(
+                "create table ev{t} (id bigint auto_increment primary key, v int) comment 'msgproxy_stream'"
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    eprintln!(
+        "1,000 message tables and 10 stream tables created in {:?}",
+        started.elapsed()
+    );
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let proxy = Proxy::start(&server.url(db), &["--admin-listen", &listen], Some(USERS));
+    wait_for_log(&proxy, "binlog: following from", 30).await;
+    let mut pc = connect(proxy.port(), db).await;
+    for t in 0..10 {
+        for g in 0..10 {
+            exec(&mut pc, &format!("SEEK ev{t} GROUP 'g{g}' TO LATEST"))
+                .await
+                .unwrap_or_else(|e| panic!("seek: {e:?}\n{}", proxy.log()));
+        }
+    }
+    // 100 streams, each on a table of its own, each with five messages sent and held.
+    let mut streams = Vec::new();
+    for i in 0..100 {
+        exec(
+            &mut c,
+            &format!(
+                "insert into q{i:04}(id, message) values (1,'m'),(2,'m'),(3,'m'),(4,'m'),(5,'m')"
+            ),
+        )
+        .await
+        .unwrap();
+        let mut s = Stream::open(proxy.port(), db, &format!("STREAM * FROM q{i:04}"))
+            .await
+            .expect("stream");
+        assert_eq!(s.recv_n(5, secs(30.0)).await.len(), 5);
+        streams.push(s);
+    }
+    let ops = basic("ops", "ops-secret-pw");
+    // Every table counted (each at its first purge tick, within vt_poller_interval).
+    eventually(
+        secs(60.0),
+        "1,000 tables and 100 groups on the page",
+        || async {
+            let page = get_path(port, "/?all=1", Some(&ops)).await;
+            let counted = page.body.matches("data-counted-age").count();
+            let groups = page.body.matches("data-group=").count();
+            (counted < 1000 || groups < 100)
+                .then(|| format!("{counted} tables counted, {groups} groups"))
+        },
+    )
+    .await;
+    let before = proxy.memory_kib().expect("memory");
+    for path in ["/", "/?all=1"] {
+        let mut times = Vec::new();
+        let mut size = 0;
+        for _ in 0..100 {
+            let t = Instant::now();
+            let page = get_path(port, path, Some(&ops)).await;
+            times.push(t.elapsed());
+            assert_eq!(page.status, 200);
+            size = page.body.len();
+        }
+        times.sort();
+        eprintln!(
+            "GET {path}: {size} bytes; over 100 loads p50 {:?}, p90 {:?}, max {:?}",
+            times[50], times[90], times[99]
+        );
+    }
+    let after = proxy.memory_kib().expect("memory");
+    let page = get(port, Some(&ops)).await;
+    assert!(
+        page.body.contains("data-hidden-tables=\"800\""),
+        "the 200 busiest listed"
+    );
+    assert_eq!(
+        attribute(
+            &page.body,
+            "data-table=\"admin_scale.q0042\"",
+            "data-in-flight"
+        )
+        .as_deref(),
+        Some("5")
+    );
+    assert_eq!(
+        attribute(
+            &page.body,
+            "data-table=\"admin_scale.q0042\"",
+            "data-streams"
+        )
+        .as_deref(),
+        Some("1")
+    );
+    eprintln!(
+        "proxy RSS {} KiB before the 200 loads, {} KiB after (peak {} KiB)",
+        before.0, after.0, after.1
+    );
+    for s in streams {
+        s.close();
+    }
+    drop(proxy);
+    server.stop();
 }

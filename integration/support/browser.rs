@@ -62,7 +62,15 @@ fn run(url: &str, args: &[&str]) -> String {
 
 /// The page's DOM after the browser loaded it.
 pub fn dump_dom(url: &str) -> String {
-    run(url, &["--dump-dom", "--virtual-time-budget=2000"])
+    dump_dom_with(url, &[])
+}
+
+/// [`dump_dom`] with more of chromium's flags (e.g. `--ignore-certificate-errors` for a
+/// self-signed certificate).
+pub fn dump_dom_with(url: &str, flags: &[&str]) -> String {
+    let mut args = vec!["--dump-dom", "--virtual-time-budget=2000"];
+    args.extend_from_slice(flags);
+    run(url, &args)
 }
 
 /// A PNG of the page at `path` (a 1400×1000 window).

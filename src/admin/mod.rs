@@ -94,7 +94,8 @@ impl Admin {
                     Err(Denied::Missing) if self.settings.public_read => None,
                     Err(denied) => return self.refuse_login(request, denied),
                 };
-                Response::html(200, page::render(&self.view(who.as_ref()).await))
+                let all = request.query.split('&').any(|p| p == "all=1");
+                Response::html(200, page::render(&self.view(who.as_ref(), all).await))
             }
             ("POST", "/action") => {
                 let who = match who {
@@ -195,11 +196,18 @@ impl Admin {
         )
     }
 
-    /// Everything the page shows, gathered now.
-    pub async fn view(&self, who: Option<&Principal>) -> View {
+    /// Everything the page shows, gathered now; `all`: every table, not only the
+    /// [`page::TABLE_ROWS`] with the most to look at.
+    pub async fn view(&self, who: Option<&Principal>, all: bool) -> View {
         let now_ms = crate::binlog::unix_ms();
         let now_ns = (now_ms as i64).saturating_mul(1_000_000);
-        let tables = self.tables(now_ns);
+        let mut tables = self.tables(now_ns);
+        let (loaded_tables, table_streams) = page::totals(&tables);
+        let hidden_tables = if all {
+            0
+        } else {
+            page::keep_the_busiest(&mut tables)
+        };
         let (groups, groups_error) = self.groups().await;
         let binlog = self.binlog.as_ref().map(|b| {
             use crate::binlog::BinlogMode;
@@ -235,6 +243,9 @@ impl Admin {
             .map_or(0.0, |p| -p.0 + history::SAMPLE_EVERY.as_secs_f64());
         View {
             tables,
+            hidden_tables,
+            loaded_tables,
+            table_streams,
             groups,
             groups_error,
             binlog,

@@ -45,10 +45,49 @@ pub struct TableView {
     pub figures: Result<TableFigures, String>,
 }
 
+/// How many of `tables` are loaded, and their open streams.
+pub fn totals(tables: &[TableView]) -> (usize, usize) {
+    let loaded = tables.iter().filter_map(|t| t.figures.as_ref().ok());
+    let streams = loaded.clone().map(|f| f.streams).sum();
+    (loaded.count(), streams)
+}
+
+/// Tables listed by default; the rest (the quietest) behind a link, so the page of a proxy
+/// with thousands of tables stays small.
+pub const TABLE_ROWS: usize = 200;
+
+/// Keeps the [`TABLE_ROWS`] tables with the most to look at (not loaded, then the most dead,
+/// due, in flight, the oldest waiting), in name order; how many were left out.
+pub fn keep_the_busiest(tables: &mut Vec<TableView>) -> usize {
+    if tables.len() <= TABLE_ROWS {
+        return 0;
+    }
+    let weight = |t: &TableView| match &t.figures {
+        Err(_) => (1, u64::MAX, 0, 0, 0),
+        Ok(f) => (
+            0,
+            f.dead.unwrap_or(0),
+            f.depth.map_or(f.cached as u64, |d| d.due),
+            f.depth.map_or(0, |d| d.in_flight),
+            f.oldest_due_age.map_or(0, |a| a as u64),
+        ),
+    };
+    tables.sort_by_key(|t| std::cmp::Reverse(weight(t)));
+    let hidden = tables.len() - TABLE_ROWS;
+    tables.truncate(TABLE_ROWS);
+    tables.sort_by(|a, b| (&a.schema, &a.name).cmp(&(&b.schema, &b.name)));
+    hidden
+}
+
 /// Everything one page shows.
 #[derive(Debug, Default)]
 pub struct View {
     pub tables: Vec<TableView>,
+    /// Tables left out of `tables` (the quietest; `?all=1` lists them).
+    pub hidden_tables: usize,
+    /// Of all tables (listed or not): how many are loaded, and their open streams here.
+    pub loaded_tables: usize,
+    pub table_streams: usize,
     /// The stream groups, or why they could not be read (with the groups this proxy knows).
     pub groups: Vec<GroupInfo>,
     pub groups_error: Option<String>,
@@ -228,18 +267,20 @@ fn depth_cell(n: u64) -> String {
 }
 
 fn render_tables(h: &mut String, v: &View) {
-    let loaded = v.tables.iter().filter(|t| t.figures.is_ok()).count();
-    let streams: usize = v
-        .tables
-        .iter()
-        .filter_map(|t| t.figures.as_ref().ok())
-        .map(|f| f.streams)
-        .sum();
+    let (loaded, streams) = (v.loaded_tables, v.table_streams);
     let _ = write!(
         h,
         "<h2 id=\"tables\">Message tables ({loaded} loaded, {} in all; {streams} streams on this proxy)</h2>",
-        v.tables.len()
+        v.tables.len() + v.hidden_tables
     );
+    if v.hidden_tables > 0 {
+        let _ = write!(
+            h,
+            "<p class=\"muted\" data-hidden-tables=\"{n}\">The {TABLE_ROWS} with the most to look at; \
+             {n} quieter tables are not listed (<a href=\"/?all=1\">list them all</a>).</p>",
+            n = v.hidden_tables
+        );
+    }
     if v.tables.is_empty() {
         h.push_str("<p class=\"muted\">No vitess_message tables.</p>");
         return;
@@ -505,6 +546,39 @@ mod tests {
         assert!(page.contains("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&#39;&amp;"));
         assert!(page.contains("Redrive 3 dead"));
         assert!(page.contains("data-problems=\"3\""), "{page}");
+    }
+
+    #[test]
+    fn a_long_list_keeps_the_busiest_tables() {
+        let mut tables: Vec<TableView> = (0..TABLE_ROWS + 50)
+            .map(|i| TableView {
+                schema: "db".into(),
+                name: format!("t{i:04}"),
+                figures: Ok(TableFigures {
+                    dead: Some(u64::from(i == 7)),
+                    ..Default::default()
+                }),
+            })
+            .collect();
+        tables.push(TableView {
+            schema: "zz".into(),
+            name: "broken".into(),
+            figures: Err("why".into()),
+        });
+        assert_eq!(totals(&tables), (TABLE_ROWS + 50, 0));
+        assert_eq!(keep_the_busiest(&mut tables), 51);
+        assert_eq!(tables.len(), TABLE_ROWS);
+        assert!(tables.iter().any(|t| t.name == "t0007"));
+        assert!(tables.iter().any(|t| t.name == "broken"));
+        assert!(tables
+            .windows(2)
+            .all(|w| w[0].name < w[1].name || w[0].schema < w[1].schema));
+        let page = render(&View {
+            tables,
+            hidden_tables: 51,
+            ..Default::default()
+        });
+        assert!(page.contains("data-hidden-tables=\"51\""), "{page}");
     }
 
     #[test]
