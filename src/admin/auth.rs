@@ -126,9 +126,11 @@ impl Auth {
 
 /// Whether a request comes from the page itself, as far as the browser says: `Sec-Fetch-Site`
 /// (when sent) must be `same-origin` or `none` (typed or bookmarked), and `Origin` (when sent)
-/// must be this host. Clients that send neither (curl, scripts) are not browsers led by another
+/// must name this host and port (its scheme is not compared: behind a reverse proxy that ends
+/// TLS the browser's origin is `https` while the page is served as `http`, and one host and port
+/// serve one scheme). Clients that send neither (curl, scripts) are not browsers led by another
 /// site; they still need the form token.
-pub fn same_origin(request: &Request, https: bool) -> Result<(), String> {
+pub fn same_origin(request: &Request) -> Result<(), String> {
     if let Some(site) = request.header("sec-fetch-site") {
         if site != "same-origin" && site != "none" {
             return Err(format!("Sec-Fetch-Site is {site}"));
@@ -136,9 +138,11 @@ pub fn same_origin(request: &Request, https: bool) -> Result<(), String> {
     }
     if let Some(origin) = request.header("origin") {
         let host = request.header("host").unwrap_or_default();
-        let scheme = if https { "https" } else { "http" };
-        if origin != format!("{scheme}://{host}") {
-            return Err(format!("Origin {origin} is not {scheme}://{host}"));
+        let authority = origin
+            .strip_prefix("https://")
+            .or_else(|| origin.strip_prefix("http://"));
+        if authority.is_none_or(|a| !a.eq_ignore_ascii_case(host)) {
+            return Err(format!("Origin {origin} is not this page's ({host})"));
         }
     }
     Ok(())
@@ -284,17 +288,23 @@ mod tests {
     #[test]
     fn other_sites_are_refused() {
         let ok = request(&[("host", "127.0.0.1:9")]);
-        assert!(same_origin(&ok, false).is_ok());
+        assert!(same_origin(&ok).is_ok());
         let same = request(&[
             ("host", "127.0.0.1:9"),
             ("origin", "http://127.0.0.1:9"),
             ("sec-fetch-site", "same-origin"),
         ]);
-        assert!(same_origin(&same, false).is_ok());
-        assert!(same_origin(&same, true).is_err());
+        assert!(same_origin(&same).is_ok());
+        let tls_ended_in_front =
+            request(&[("host", "127.0.0.1:9"), ("origin", "https://127.0.0.1:9")]);
+        assert!(same_origin(&tls_ended_in_front).is_ok());
+        let null = request(&[("host", "127.0.0.1:9"), ("origin", "null")]);
+        assert!(same_origin(&null).is_err());
+        let other_port = request(&[("host", "127.0.0.1:9"), ("origin", "http://127.0.0.1:10")]);
+        assert!(same_origin(&other_port).is_err());
         let cross = request(&[("host", "127.0.0.1:9"), ("sec-fetch-site", "cross-site")]);
-        assert!(same_origin(&cross, false).is_err());
+        assert!(same_origin(&cross).is_err());
         let evil = request(&[("host", "127.0.0.1:9"), ("origin", "http://evil.example")]);
-        assert!(same_origin(&evil, false).is_err());
+        assert!(same_origin(&evil).is_err());
     }
 }

@@ -95,7 +95,12 @@ impl Admin {
                     Err(denied) => return self.refuse_login(request, denied),
                 };
                 let all = request.query.split('&').any(|p| p == "all=1");
-                Response::html(200, page::render(&self.view(who.as_ref(), all).await))
+                let started = std::time::Instant::now();
+                let view = self.view(who.as_ref(), all).await;
+                let gathered = started.elapsed();
+                let mut html = page::render(&view);
+                page::add_timings(&mut html, gathered, started.elapsed() - gathered);
+                Response::html(200, html)
             }
             ("POST", "/action") => {
                 let who = match who {
@@ -144,7 +149,7 @@ impl Admin {
                 "actions are refused on this listener: it is not loopback and not TLS (see --admin-tls, --admin-allow-insecure-actions)",
             );
         }
-        if let Err(why) = auth::same_origin(request, self.settings.tls) {
+        if let Err(why) = auth::same_origin(request) {
             info!(user = %who.name(), "operator's page: action refused, another site's request: {why}");
             return refuse(403, &format!("a request from another site ({why})"));
         }

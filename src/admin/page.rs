@@ -469,6 +469,21 @@ fn render_actions(h: &mut String, v: &View) {
     h.push_str("</table>");
 }
 
+/// Adds to a rendered page how long it took: gathering the figures (the stream groups' table
+/// read included) and writing the HTML. Written after the page, so it says so at its very end.
+pub fn add_timings(html: &mut String, gathered: std::time::Duration, written: std::time::Duration) {
+    const END: &str = "</body></html>";
+    if html.ends_with(END) {
+        html.truncate(html.len() - END.len());
+    }
+    let (g, w) = (gathered.as_secs_f64() * 1e3, written.as_secs_f64() * 1e3);
+    let _ = write!(
+        html,
+        "<p class=\"muted\" id=\"timings\" data-gather-ms=\"{g:.2}\" data-render-ms=\"{w:.2}\">\
+         Figures gathered in {g:.1} ms, page written in {w:.1} ms.</p>{END}"
+    );
+}
+
 /// A page of its own for a question or an answer (confirmations, results, refusals).
 pub fn message_page(title: &str, body_html: &str) -> String {
     format!(
