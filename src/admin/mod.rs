@@ -59,7 +59,7 @@ pub struct Admin {
     pub binlog: Option<BinlogView>,
     pub proxy: Arc<ProxyMetrics>,
     pub history: Arc<History>,
-    log: ActionLog,
+    log: Arc<ActionLog>,
 }
 
 impl Admin {
@@ -80,7 +80,7 @@ impl Admin {
             binlog,
             proxy,
             history: Arc::new(History::default()),
-            log: ActionLog::default(),
+            log: Arc::new(ActionLog::default()),
         }
     }
 
@@ -181,9 +181,23 @@ impl Admin {
                 Err(why) => refuse(409, &why),
             };
         }
-        let outcome =
-            actions::perform(&action, self.engine.as_deref(), self.streams.as_deref()).await;
-        actions::record(&self.log, &who.name(), &action, &outcome);
+        // In a task of its own: once confirmed, an action runs to its end and is logged even if
+        // the browser goes away or the connection's time runs out meanwhile.
+        let (engine, streams, log, name) = (
+            self.engine.clone(),
+            self.streams.clone(),
+            self.log.clone(),
+            who.name(),
+        );
+        let task_action = action.clone();
+        let outcome = tokio::spawn(async move {
+            let outcome =
+                actions::perform(&task_action, engine.as_deref(), streams.as_deref()).await;
+            actions::record(&log, &name, &task_action, &outcome);
+            outcome
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the action's task failed: {e}")));
         let (status, title, text) = match &outcome {
             Ok(o) => (200, "Done", o.clone()),
             Err(e) => (409, "Failed", e.clone()),
