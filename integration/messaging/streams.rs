@@ -67,9 +67,12 @@ async fn two_streams_share_and_the_survivor_takes_over() {
         1..=20,
         "20 messages over two streams within one ack window",
     );
+    // Both take part. Not "about evenly": a stream still writing its batch is passed over, so
+    // the split follows the clients' speed, and on a loaded machine one slow reader got only
+    // its first batch (A [1, 2], B the other 18).
     assert!(
-        ids_a.len() >= 4 && ids_b.len() >= 4,
-        "round-robin in batches of at most 2 should split 20 messages about evenly; \
+        !ids_a.is_empty() && !ids_b.is_empty(),
+        "round-robin in batches of at most 2 should give both streams work; \
          A got {ids_a:?}, B got {ids_b:?}"
     );
 
