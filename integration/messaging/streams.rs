@@ -523,14 +523,15 @@ async fn an_open_producer_transaction_does_not_hold_up_claims_or_acks() {
         .expect("the ACK waited for the open transaction");
     assert_eq!(acked, 5);
     // The purge (vt_purge_after=1) has deleted the acked rows with the transaction still open.
-    let purged = crate::support::eventually(20, async || {
+    // It runs at each poller tick, every 30 s here: the deadline covers one.
+    let purged = crate::support::eventually(45, async || {
         let left = env.states("m").await;
         (1..=5).all(|id| !left.contains_key(&id))
     })
     .await;
     assert!(
         purged,
-        "rows 1-5 acked, not purged within 20 s\n{}",
+        "rows 1-5 acked, not purged within 45 s\n{}",
         env.log()
     );
     let second = tokio::time::timeout(
