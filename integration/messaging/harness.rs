@@ -452,14 +452,15 @@ impl Stream {
             thread: Some(thread),
             sql: sql.into(),
         };
-        match tokio::time::timeout(Duration::from_secs(5), cols_rx).await {
+        // Generous: a STREAM of 17 MiB (stream_sessions.rs) on a loaded machine took over 5 s.
+        match tokio::time::timeout(Duration::from_secs(20), cols_rx).await {
             Ok(Ok(Ok(columns))) => {
                 stream.columns = columns;
                 Ok(stream)
             }
             Ok(Ok(Err(f))) => Err(f),
             Ok(Err(_)) => Err(Failure::Client("stream thread died".into())),
-            Err(_) => Err(Failure::Client("no column definitions within 5 s".into())),
+            Err(_) => Err(Failure::Client("no column definitions within 20 s".into())),
         }
     }
 
