@@ -223,6 +223,21 @@ impl Backend {
         }
     }
 
+    /// The capabilities a login with the client's `requested` ones gives the backend session
+    /// (without `CLIENT_CONNECT_WITH_DB` and `CLIENT_CONNECT_ATTRS`, which depend on what else
+    /// the client sent): what the server shapes its packets by.
+    pub fn session_capabilities(&self, requested: CapabilityFlags) -> CapabilityFlags {
+        use CapabilityFlags as C;
+        let mut caps = (requested & self.greeting.capabilities) - unsupported_capabilities();
+        caps |= C::CLIENT_PROTOCOL_41 | C::CLIENT_SECURE_CONNECTION | C::CLIENT_PLUGIN_AUTH;
+        caps - (C::CLIENT_CONNECT_WITH_DB | C::CLIENT_CONNECT_ATTRS)
+    }
+
+    /// The MariaDB extended capabilities a login with the client's `requested` ones gives.
+    pub fn session_mariadb_capabilities(&self, requested: u32) -> u32 {
+        requested & self.greeting.mariadb_capabilities & SUPPORTED_MARIADB_CAPABILITIES
+    }
+
     /// Logs in as the proxy's backend user with the client's session settings.
     pub async fn login(
         &mut self,
@@ -232,9 +247,7 @@ impl Backend {
         use CapabilityFlags as C;
         let plugin = Plugin::from_name(&self.greeting.auth_plugin).unwrap_or(Plugin::Native);
         let scramble = auth::scramble(plugin, &self.greeting.nonce, target.password.as_bytes());
-        let mut caps =
-            (client.capabilities & self.greeting.capabilities) - unsupported_capabilities();
-        caps |= C::CLIENT_PROTOCOL_41 | C::CLIENT_SECURE_CONNECTION | C::CLIENT_PLUGIN_AUTH;
+        let mut caps = self.session_capabilities(client.capabilities);
         caps.set(C::CLIENT_CONNECT_WITH_DB, client.database.is_some());
         caps.set(
             C::CLIENT_CONNECT_ATTRS,
@@ -252,9 +265,7 @@ impl Backend {
             connect_attrs: client
                 .connect_attrs
                 .filter(|_| caps.contains(C::CLIENT_CONNECT_ATTRS)),
-            mariadb_capabilities: client.mariadb_capabilities
-                & self.greeting.mariadb_capabilities
-                & SUPPORTED_MARIADB_CAPABILITIES,
+            mariadb_capabilities: self.session_mariadb_capabilities(client.mariadb_capabilities),
         };
         let mut response = response;
         let mut seq = 1;
@@ -400,6 +411,21 @@ impl Backend {
     pub async fn reset_connection(&mut self) -> Result<(), BackendError> {
         self.simple_command(crate::protocol::commands::COM_RESET_CONNECTION)
             .await
+    }
+
+    /// `COM_INIT_DB`: `Ok(Err(payload))` is the server's refusal (unknown database, no
+    /// right), to pass on; the session's database is then unchanged.
+    pub async fn init_db(&mut self, database: &[u8]) -> Result<Result<(), BytesMut>, BackendError> {
+        let mut out = BytesMut::with_capacity(1 + database.len());
+        out.put_u8(crate::protocol::commands::COM_INIT_DB);
+        out.put_slice(database);
+        packet::write_packet(self.conn.get_mut(), 0, &out).await?;
+        let reply = self.conn.next_logical_packet(1 << 20).await?;
+        match reply.payload.first() {
+            Some(&wire::OK_HEADER) => Ok(Ok(())),
+            Some(&wire::ERR_HEADER) => Ok(Err(reply.payload)),
+            _ => Err(BackendError::Protocol),
+        }
     }
 
     /// Sends a command without arguments and reads its OK.

@@ -65,6 +65,13 @@ pub struct Cli {
     /// backend URL's database or `db.table`; created if missing [default: msgproxy_stream_groups]
     #[arg(long, env = "MSGPROXY_STREAM_GROUPS_TABLE", value_name = "NAME")]
     pub stream_groups_table: Option<String>,
+    /// Warm backend connections kept for the next clients (reset when a client leaves cleanly;
+    /// docs/POOL.md); 0 turns the pool off [default: 0]
+    #[arg(long, env = "MSGPROXY_POOL_SIZE", value_name = "N")]
+    pub pool_size: Option<usize>,
+    /// Seconds a warm backend connection is kept unused before it is closed [default: 60]
+    #[arg(long, env = "MSGPROXY_POOL_IDLE_LIFETIME", value_name = "SECONDS")]
+    pub pool_idle_lifetime: Option<f64>,
 }
 
 /// The optional configuration file. Every key is optional; unknown keys are errors so that a typo
@@ -98,6 +105,10 @@ pub struct FileConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// The event-stream groups' table, as `--stream-groups-table`.
     pub stream_groups_table: Option<String>,
+    /// Warm backend connections kept, as `--pool-size` (0: no pool).
+    pub pool_size: Option<usize>,
+    /// Seconds a warm connection is kept unused, as `--pool-idle-lifetime`.
+    pub pool_idle_lifetime: Option<f64>,
 }
 
 /// One user of the proxy. Give `password`, or `password_hash` (the `*HEX` form of
@@ -318,6 +329,10 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// msgproxy's own table of event-stream groups (`table` or `db.table`).
     pub stream_groups_table: String,
+    /// Most warm backend connections kept idle (`frontend::pool`); 0: no pool.
+    pub pool_size: usize,
+    /// How long a warm connection is kept unused.
+    pub pool_idle_lifetime: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -448,6 +463,12 @@ impl Config {
                 .stream_groups_table
                 .or(file.stream_groups_table)
                 .unwrap_or_else(|| "msgproxy_stream_groups".to_owned()),
+            pool_size: cli.pool_size.or(file.pool_size).unwrap_or(0),
+            pool_idle_lifetime: seconds(
+                cli.pool_idle_lifetime.or(file.pool_idle_lifetime),
+                60.0,
+                "pool_idle_lifetime",
+            )?,
         })
     }
 }

@@ -8,6 +8,7 @@ mod interrupts;
 mod login;
 mod messages;
 mod ops;
+pub mod pool;
 mod refusal;
 mod session;
 pub mod spares;
@@ -54,6 +55,8 @@ pub struct Context {
     pub backend_sessions: Option<Arc<dyn crate::relay::BackendSessions>>,
     /// Backend connections no client logged in on, for the next client.
     pub spares: Arc<spares::Spares>,
+    /// Warm backend connections clients left cleanly, reset, for the next clients.
+    pub pool: Arc<pool::Pool>,
     implicit_root: User,
 }
 
@@ -71,8 +74,17 @@ impl Context {
             Arc::new(backend_sessions::PoolSessions::new(engine.pool()))
                 as Arc<dyn crate::relay::BackendSessions>
         });
+        let metrics: Arc<crate::metrics::ProxyMetrics> = Arc::default();
+        let pool = pool::Pool::new(
+            config.backend.clone(),
+            config.pool_size,
+            config.pool_idle_lifetime,
+            metrics.clone(),
+            shutdown.clone(),
+        );
         Ok(Context {
             backend_sessions,
+            pool,
             refusals,
             spares: spares::Spares::new(config.backend.clone(), shutdown.clone()),
             socket_literal,
@@ -81,7 +93,7 @@ impl Context {
             shutdown,
             engine,
             stream_engine: None,
-            metrics: Arc::default(),
+            metrics,
             streams: Arc::default(),
             implicit_root: User {
                 name: "root".into(),
@@ -196,6 +208,8 @@ impl Server {
     pub async fn run(self) {
         let permits = Arc::new(Semaphore::new(self.ctx.config.max_connections));
         let tracker = TaskTracker::new();
+        // Tracked, so that the drain waits for it to close the idle connections politely.
+        tracker.spawn(self.ctx.pool.clone().reap());
         let mut backoff = Duration::from_millis(10);
         loop {
             let accepted = tokio::select! {

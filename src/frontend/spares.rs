@@ -189,7 +189,7 @@ impl Spares {
 
 /// Whether a spare's connection is still open and silent (the server has not ended it): a read
 /// that would wait is the answer, anything else (an error packet, the end) means it is gone.
-async fn still_open(backend: &mut Backend) -> bool {
+pub(super) async fn still_open(backend: &mut Backend) -> bool {
     if !backend.conn.buffered().is_empty() {
         return false;
     }
