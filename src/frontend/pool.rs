@@ -22,8 +22,8 @@
 //! untouched. With no warm connection at all the greeting comes from a spare (`spares`) as without
 //! the pool.
 //!
-//! **Reset.** A session goes back only when the client left between commands (`COM_QUIT`, or its
-//! connection closed while idle), outside a transaction, with nothing unread from the backend, and
+//! **Reset.** A session goes back only when the client said goodbye (`COM_QUIT`: one that just
+//! closes its connection is an aborted client, whose session ends with it), outside a transaction, with nothing unread from the backend, and
 //! without anything the reset is not known to undo (`COM_SET_OPTION`, `COM_CHANGE_USER`, `XA`);
 //! anything else closes the connection. Then `COM_RESET_CONNECTION` (MariaDB rolls back, drops
 //! temporary tables, frees prepared statements, clears user and session variables, releases

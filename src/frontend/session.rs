@@ -118,9 +118,6 @@ impl CurrentDb {
 pub(super) enum SessionEnd {
     #[error("client quit")]
     Quit,
-    /// The client closed its connection between commands.
-    #[error("client closed the connection: {0}")]
-    HungUp(std::io::Error),
     #[error("client connection closed: {0}")]
     Client(std::io::Error),
     #[error("backend connection lost: {0}")]
@@ -200,7 +197,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let peer = self.peer;
         match &end {
             SessionEnd::Quit
-            | SessionEnd::HungUp(_)
             | SessionEnd::Client(_)
             | SessionEnd::BackendClosed(_)
             | SessionEnd::BackendRefused(_) => {
@@ -270,7 +266,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let Some(ticket) = self.ticket else {
             return;
         };
-        let clean = matches!(end, SessionEnd::Quit | SessionEnd::HungUp(_))
+        // Only a client that said goodbye (COM_QUIT) left cleanly: one that closed its
+        // connection is an aborted client to the server, whose session ends with it.
+        let clean = matches!(end, SessionEnd::Quit)
             && !self.uncertain
             && !self.relay.in_transaction()
             && self.backend.conn.buffered().is_empty();
@@ -318,7 +316,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let backend_idle = self.backend.conn.buffered().is_empty();
         tokio::select! {
             biased;
-            r = self.client.peek_header() => r.map(|_| ()).map_err(SessionEnd::HungUp),
+            r = self.client.peek_header() => r.map(|_| ()).map_err(SessionEnd::Client),
             r = self.backend.conn.fill(), if backend_idle => {
                 // Whatever the backend says unprompted (a "killed" or "timeout" error) goes to
                 // the client unchanged; then the session ends with the backend connection.
