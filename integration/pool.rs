@@ -42,7 +42,7 @@ async fn wait_for_resets(mport: u16, n: f64) {
 /// same way on a fresh direct connection and on a pooled one.
 const SESSION_STATE: &str = "SELECT @leak, @@sql_mode, @@wait_timeout, @@autocommit, DATABASE(), \
      IS_USED_LOCK('pool_leak'), @@character_set_client, @@collation_connection, @@time_zone, \
-     LAST_INSERT_ID(), @@tx_isolation, @@max_statement_time, @@in_transaction, \
+     LAST_INSERT_ID(), @@tx_isolation, @@max_statement_time, @@in_transaction, CURRENT_ROLE(), \
      (SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS \
       WHERE VARIABLE_NAME = 'Com_create_table')";
 
@@ -208,26 +208,57 @@ async fn a_session_left_in_a_transaction_is_closed_not_reused() {
     next.disconnect().await.expect("quit");
 }
 
-#[tokio::test]
-async fn a_session_that_used_xa_is_closed_not_reused() {
+/// Runs `statements` on a pooled session, quits, and checks its connection was closed, not kept.
+async fn assert_not_reused(what: &str, setup: &[&str], statements: &[&str]) {
     let server = MariaDb::shared();
+    let mut direct = Target::direct(server, "test").conn().await;
+    for sql in setup {
+        direct.query_drop(*sql).await.expect(sql);
+    }
+    let _ = direct.disconnect().await;
     let (proxy, mport) = pooled_proxy(server);
     let through = Target::proxy(&proxy, "test");
-    let mut xa = through.conn().await;
-    let xa_id = connection_id(&mut xa).await;
-    xa.query_drop("XA START 'pool_xa'").await.expect("xa start");
-    xa.query_drop("XA END 'pool_xa'").await.expect("xa end");
-    xa.query_drop("XA ROLLBACK 'pool_xa'")
-        .await
-        .expect("xa rollback");
-    xa.disconnect().await.expect("quit");
+    let mut used = through.conn().await;
+    let used_id = connection_id(&mut used).await;
+    for sql in statements {
+        used.query_drop(*sql).await.expect(sql);
+    }
+    used.disconnect().await.expect("quit");
     let closed = eventually(20, async || {
         pool_counter(mport, "msgproxy_pool_discards_total").await >= 1.0
     })
     .await;
-    assert!(closed, "the XA session was not discarded");
+    assert!(closed, "the session that {what} was not discarded");
     assert_eq!(pool_counter(mport, "msgproxy_pool_resets_total").await, 0.0);
     let mut next = through.conn().await;
-    assert_ne!(connection_id(&mut next).await, xa_id);
+    assert_ne!(connection_id(&mut next).await, used_id);
     next.disconnect().await.expect("quit");
+}
+
+#[tokio::test]
+async fn a_session_that_used_xa_is_closed_not_reused() {
+    assert_not_reused(
+        "used XA",
+        &[],
+        &[
+            "XA START 'pool_xa'",
+            "XA END 'pool_xa'",
+            "XA ROLLBACK 'pool_xa'",
+        ],
+    )
+    .await;
+}
+
+/// MariaDB 10.11 keeps a session's role across COM_RESET_CONNECTION and COM_CHANGE_USER.
+#[tokio::test]
+async fn a_session_that_set_a_role_is_closed_not_reused() {
+    assert_not_reused(
+        "set a role",
+        &[
+            "CREATE ROLE IF NOT EXISTS pool_role",
+            "GRANT pool_role TO CURRENT_USER",
+        ],
+        &["SET ROLE pool_role"],
+    )
+    .await;
 }

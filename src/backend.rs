@@ -361,7 +361,7 @@ impl Backend {
     async fn finish_auth(&mut self, target: &BackendTarget) -> Result<LoginReply, BackendError> {
         loop {
             let packet = self.conn.next_logical_packet(1 << 20).await?;
-            let seq = packet.seq.wrapping_add(1);
+            let mut seq = packet.seq.wrapping_add(1);
             match packet.payload.first() {
                 Some(&wire::OK_HEADER) => return Ok(LoginReply::Ok(packet.payload)),
                 Some(&wire::ERR_HEADER) => return Ok(LoginReply::Err(packet.payload)),
@@ -382,18 +382,43 @@ impl Backend {
                 Some(0x01) => match packet.payload.get(1) {
                     // caching_sha2_password: 3 = fast auth succeeded, an OK follows.
                     Some(3) => continue,
-                    // 4 = full authentication: over TLS the password itself, NUL-terminated
-                    // (without TLS it would take the server's RSA key, which is not done).
-                    Some(4) if matches!(self.conn.get_mut(), BackendStream::Tls(_)) => {
-                        let mut reply = target.password.as_bytes().to_vec();
-                        reply.push(0);
+                    // 4 = full authentication: over TLS or the server's socket the password
+                    // itself, NUL-terminated; over plain TCP encrypted with the server's RSA
+                    // key, asked for with 0x02 (`protocol::sha2_rsa`).
+                    Some(4) => {
+                        let reply = match self.conn.get_mut() {
+                            BackendStream::Tcp(_) => {
+                                packet::write_packet(self.conn.get_mut(), seq, &[0x02]).await?;
+                                let key = self.conn.next_logical_packet(1 << 20).await?;
+                                seq = key.seq.wrapping_add(1);
+                                match key.payload.first() {
+                                    Some(0x01) => {}
+                                    Some(&wire::ERR_HEADER) => {
+                                        return Ok(LoginReply::Err(key.payload))
+                                    }
+                                    _ => return Err(BackendError::Protocol),
+                                }
+                                let pem = &key.payload[1..];
+                                crate::protocol::sha2_rsa::encrypt_password(
+                                    target.password.as_bytes(),
+                                    &self.greeting.nonce,
+                                    pem,
+                                )
+                                .map_err(|e| {
+                                    BackendError::UnsupportedAuth(format!(
+                                        "caching_sha2_password full authentication by RSA key ({e})"
+                                    ))
+                                })?
+                            }
+                            _ => {
+                                let mut reply = target.password.as_bytes().to_vec();
+                                reply.push(0);
+                                reply
+                            }
+                        };
                         packet::write_packet(self.conn.get_mut(), seq, &reply).await?;
                     }
-                    _ => {
-                        return Err(BackendError::UnsupportedAuth(
-                            "caching_sha2_password full (over plain TCP, which needs the server's RSA key; with ssl-mode=REQUIRED or stricter it is done over TLS)".into(),
-                        ))
-                    }
+                    _ => return Err(BackendError::Protocol),
                 },
                 _ => return Err(BackendError::Protocol),
             }

@@ -24,7 +24,8 @@
 //!
 //! **Reset.** A session goes back only when the client said goodbye (`COM_QUIT`: one that just
 //! closes its connection is an aborted client, whose session ends with it), outside a transaction, with nothing unread from the backend, and
-//! without anything the reset is not known to undo (`COM_SET_OPTION`, `COM_CHANGE_USER`, `XA`);
+//! without anything the reset is not known to undo (`COM_SET_OPTION`, `COM_CHANGE_USER`, `XA`,
+//! `SET ROLE`, which MariaDB 10.11 keeps across both resets);
 //! anything else closes the connection. Then `COM_RESET_CONNECTION` (MariaDB rolls back, drops
 //! temporary tables, frees prepared statements, clears user and session variables, releases
 //! locks and restores the login's character set) when the session's database is known, or

@@ -85,7 +85,7 @@ pub struct Session<S> {
     /// With the pool on: what gives the backend connection back to it when the client leaves.
     pub(super) ticket: Option<super::pool::Ticket>,
     /// The session did something a reset is not known to undo (`COM_SET_OPTION`,
-    /// `COM_CHANGE_USER`, `XA`): its connection is closed, never pooled.
+    /// `COM_CHANGE_USER`, `XA`, `SET ROLE`): its connection is closed, never pooled.
     pub(super) uncertain: bool,
 }
 
@@ -379,8 +379,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 let whole = &payload[1..];
                 let (statement, classification) = self.statement_inside(whole);
                 self.ctx.metrics.statement(classification.keyword);
-                // An XA transaction may outlive its statements' status flags (prepared).
-                if classification.keyword == sql::Keyword::Xa {
+                // An XA transaction may outlive its statements' status flags (prepared); a
+                // role outlives any reset.
+                if self.ticket.is_some()
+                    && (classification.keyword == sql::Keyword::Xa
+                        || sql::may_set_role(whole, self.quoting()))
+                {
                     self.uncertain = true;
                 }
                 if classification.action == Action::Virtual
@@ -521,6 +525,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return self.refuse_long_command(&raw, virtual_not_prepared()).await;
             }
             COM_STMT_PREPARE => {
+                if self.ticket.is_some() && sql::may_set_role(&payload[1..], self.quoting()) {
+                    self.uncertain = true;
+                }
                 let classification = sql::classify(&payload[1..]);
                 if sql::current_db::may_change_database(classification.keyword, &payload[1..]) {
                     self.risky_prepared = true;

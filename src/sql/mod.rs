@@ -37,6 +37,7 @@ mod lexer;
 mod prepare;
 mod reserved;
 mod rewrite;
+mod role;
 mod set_statement;
 mod statements;
 mod stream_filter;
@@ -51,6 +52,7 @@ pub use kill::{executed_kill_target, kill_query, kill_query_target, KillQueryTar
 pub use lexer::Quoting;
 pub use prepare::prepared_text;
 pub use rewrite::{rewrite, socket_literal};
+pub use role::may_set_role;
 pub use set_statement::set_statement_body;
 pub use statements::{
     parse_virtual, parse_virtual_in, AckId, Seconds, SyntaxError, TableName, VirtualStatement,
