@@ -274,11 +274,17 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
             ctx.metrics
                 .backend_error(crate::metrics::BackendErrorKind::Connect);
             tracing::warn!(%peer, "backend login failed: {e}");
-            let err = ErrorPacket::new(
-                ER_CONNECT_TO_FOREIGN_DATA_SOURCE,
-                "08004",
-                format!("msgproxy could not log in to its backend: {e}; fix the backend or msgproxy's --backend, then reconnect"),
-            );
+            let err = match e {
+                // A new connection the server refused in place of its greeting (too many
+                // connections, host blocked): its own error, as at the greeting (with the pool on,
+                // a client whose settings no warm connection has gets its connection here).
+                crate::backend::BackendError::Refused(err) => with_connect_sql_state(err),
+                e => ErrorPacket::new(
+                    ER_CONNECT_TO_FOREIGN_DATA_SOURCE,
+                    "08004",
+                    format!("msgproxy could not log in to its backend: {e}; fix the backend or msgproxy's --backend, then reconnect"),
+                ),
+            };
             write_packet(client.get_mut(), seq, &err.encode(true)).await?;
             return Ok(None);
         }
