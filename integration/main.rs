@@ -31,6 +31,8 @@
 //! - `faults` — faults on purpose, counting every message: the proxy SIGKILLed and restarted, the
 //!   backend restarted under load, a consumer that stops reading, clients vanishing mid-batch,
 //!   mid-result and mid-LOAD DATA, one of two proxies SIGKILLed.
+//! - `pool` — the warm connection pool (`--pool-size`): nothing of one client's session reaches the
+//!   next, the client's database at login, uncertain sessions (transaction, XA) closed.
 //! - `tls` — TLS between client and proxy, optional and required.
 //! - `listen_socket` — clients on the proxy's own Unix socket (`--listen-socket`).
 //! - `relay_fidelity` — where every shape of response ends (cursor and out-parameter flags,
@@ -55,6 +57,7 @@ mod hostile;
 mod listen_socket;
 mod messaging;
 mod ops;
+mod pool;
 mod raw_protocol;
 mod relay_fidelity;
 mod statements;

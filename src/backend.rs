@@ -234,6 +234,21 @@ impl Backend {
         }
     }
 
+    /// The capabilities a login with the client's `requested` ones gives the backend session
+    /// (without `CLIENT_CONNECT_WITH_DB` and `CLIENT_CONNECT_ATTRS`, which depend on what else
+    /// the client sent): what the server shapes its packets by.
+    pub fn session_capabilities(&self, requested: CapabilityFlags) -> CapabilityFlags {
+        use CapabilityFlags as C;
+        let mut caps = (requested & self.greeting.capabilities) - unsupported_capabilities();
+        caps |= C::CLIENT_PROTOCOL_41 | C::CLIENT_SECURE_CONNECTION | C::CLIENT_PLUGIN_AUTH;
+        caps - (C::CLIENT_CONNECT_WITH_DB | C::CLIENT_CONNECT_ATTRS)
+    }
+
+    /// The MariaDB extended capabilities a login with the client's `requested` ones gives.
+    pub fn session_mariadb_capabilities(&self, requested: u32) -> u32 {
+        requested & self.greeting.mariadb_capabilities & SUPPORTED_MARIADB_CAPABILITIES
+    }
+
     /// Logs in as the proxy's backend user with the client's session settings.
     pub async fn login(
         &mut self,
@@ -243,9 +258,7 @@ impl Backend {
         use CapabilityFlags as C;
         let plugin = Plugin::from_name(&self.greeting.auth_plugin).unwrap_or(Plugin::Native);
         let scramble = auth::scramble(plugin, &self.greeting.nonce, target.password.as_bytes());
-        let mut caps =
-            (client.capabilities & self.greeting.capabilities) - unsupported_capabilities();
-        caps |= C::CLIENT_PROTOCOL_41 | C::CLIENT_SECURE_CONNECTION | C::CLIENT_PLUGIN_AUTH;
+        let mut caps = self.session_capabilities(client.capabilities);
         caps.set(C::CLIENT_CONNECT_WITH_DB, client.database.is_some());
         caps.set(
             C::CLIENT_CONNECT_ATTRS,
@@ -263,9 +276,7 @@ impl Backend {
             connect_attrs: client
                 .connect_attrs
                 .filter(|_| caps.contains(C::CLIENT_CONNECT_ATTRS)),
-            mariadb_capabilities: client.mariadb_capabilities
-                & self.greeting.mariadb_capabilities
-                & SUPPORTED_MARIADB_CAPABILITIES,
+            mariadb_capabilities: self.session_mariadb_capabilities(client.mariadb_capabilities),
         };
         let mut response = response;
         let mut seq = 1;
@@ -361,7 +372,7 @@ impl Backend {
     async fn finish_auth(&mut self, target: &BackendTarget) -> Result<LoginReply, BackendError> {
         loop {
             let packet = self.conn.next_logical_packet(1 << 20).await?;
-            let seq = packet.seq.wrapping_add(1);
+            let mut seq = packet.seq.wrapping_add(1);
             match packet.payload.first() {
                 Some(&wire::OK_HEADER) => return Ok(LoginReply::Ok(packet.payload)),
                 Some(&wire::ERR_HEADER) => return Ok(LoginReply::Err(packet.payload)),
@@ -382,18 +393,43 @@ impl Backend {
                 Some(0x01) => match packet.payload.get(1) {
                     // caching_sha2_password: 3 = fast auth succeeded, an OK follows.
                     Some(3) => continue,
-                    // 4 = full authentication: over TLS the password itself, NUL-terminated
-                    // (without TLS it would take the server's RSA key, which is not done).
-                    Some(4) if matches!(self.conn.get_mut(), BackendStream::Tls(_)) => {
-                        let mut reply = target.password.as_bytes().to_vec();
-                        reply.push(0);
+                    // 4 = full authentication: over TLS or the server's socket the password
+                    // itself, NUL-terminated; over plain TCP encrypted with the server's RSA
+                    // key, asked for with 0x02 (`protocol::sha2_rsa`).
+                    Some(4) => {
+                        let reply = match self.conn.get_mut() {
+                            BackendStream::Tcp(_) => {
+                                packet::write_packet(self.conn.get_mut(), seq, &[0x02]).await?;
+                                let key = self.conn.next_logical_packet(1 << 20).await?;
+                                seq = key.seq.wrapping_add(1);
+                                match key.payload.first() {
+                                    Some(0x01) => {}
+                                    Some(&wire::ERR_HEADER) => {
+                                        return Ok(LoginReply::Err(key.payload))
+                                    }
+                                    _ => return Err(BackendError::Protocol),
+                                }
+                                let pem = &key.payload[1..];
+                                crate::protocol::sha2_rsa::encrypt_password(
+                                    target.password.as_bytes(),
+                                    &self.greeting.nonce,
+                                    pem,
+                                )
+                                .map_err(|e| {
+                                    BackendError::UnsupportedAuth(format!(
+                                        "caching_sha2_password full authentication by RSA key ({e})"
+                                    ))
+                                })?
+                            }
+                            _ => {
+                                let mut reply = target.password.as_bytes().to_vec();
+                                reply.push(0);
+                                reply
+                            }
+                        };
                         packet::write_packet(self.conn.get_mut(), seq, &reply).await?;
                     }
-                    _ => {
-                        return Err(BackendError::UnsupportedAuth(
-                            "caching_sha2_password full (over plain TCP, which needs the server's RSA key; with ssl-mode=REQUIRED or stricter it is done over TLS)".into(),
-                        ))
-                    }
+                    _ => return Err(BackendError::Protocol),
                 },
                 _ => return Err(BackendError::Protocol),
             }
@@ -411,6 +447,21 @@ impl Backend {
     pub async fn reset_connection(&mut self) -> Result<(), BackendError> {
         self.simple_command(crate::protocol::commands::COM_RESET_CONNECTION)
             .await
+    }
+
+    /// `COM_INIT_DB`: `Ok(Err(payload))` is the server's refusal (unknown database, no
+    /// right), to pass on; the session's database is then unchanged.
+    pub async fn init_db(&mut self, database: &[u8]) -> Result<Result<(), BytesMut>, BackendError> {
+        let mut out = BytesMut::with_capacity(1 + database.len());
+        out.put_u8(crate::protocol::commands::COM_INIT_DB);
+        out.put_slice(database);
+        packet::write_packet(self.conn.get_mut(), 0, &out).await?;
+        let reply = self.conn.next_logical_packet(1 << 20).await?;
+        match reply.payload.first() {
+            Some(&wire::OK_HEADER) => Ok(Ok(())),
+            Some(&wire::ERR_HEADER) => Ok(Err(reply.payload)),
+            _ => Err(BackendError::Protocol),
+        }
     }
 
     /// Sends a command without arguments and reads its OK.

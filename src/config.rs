@@ -86,6 +86,13 @@ pub struct Cli {
     /// --admin-tls: passwords and tokens then cross the network in clear [default: false]
     #[arg(long, env = "MSGPROXY_ADMIN_ALLOW_INSECURE_ACTIONS")]
     pub admin_allow_insecure_actions: bool,
+    /// Warm backend connections kept for the next clients (reset when a client leaves cleanly;
+    /// docs/POOL.md); 0 turns the pool off [default: 0]
+    #[arg(long, env = "MSGPROXY_POOL_SIZE", value_name = "N")]
+    pub pool_size: Option<usize>,
+    /// Seconds a warm backend connection is kept unused before it is closed [default: 60]
+    #[arg(long, env = "MSGPROXY_POOL_IDLE_LIFETIME", value_name = "SECONDS")]
+    pub pool_idle_lifetime: Option<f64>,
 }
 
 /// The optional configuration file. Every key is optional; unknown keys are errors so that a typo
@@ -120,6 +127,10 @@ pub struct FileConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// The event-stream groups' table, as `--stream-groups-table`.
     pub stream_groups_table: Option<String>,
+    /// Warm backend connections kept, as `--pool-size` (0: no pool).
+    pub pool_size: Option<usize>,
+    /// Seconds a warm connection is kept unused, as `--pool-idle-lifetime`.
+    pub pool_idle_lifetime: Option<f64>,
     /// The operator's page, as the `--admin-*` flags.
     pub admin: Option<AdminFileConfig>,
 }
@@ -424,6 +435,10 @@ pub struct Config {
     pub stream_groups_table: String,
     /// The operator's page; `None`: not served.
     pub admin: Option<AdminSettings>,
+    /// Most warm backend connections kept idle (`frontend::pool`); 0: no pool.
+    pub pool_size: usize,
+    /// How long a warm connection is kept unused.
+    pub pool_idle_lifetime: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -581,6 +596,12 @@ impl Config {
                 .or(file.stream_groups_table)
                 .unwrap_or_else(|| "msgproxy_stream_groups".to_owned()),
             admin,
+            pool_size: cli.pool_size.or(file.pool_size).unwrap_or(0),
+            pool_idle_lifetime: seconds(
+                cli.pool_idle_lifetime.or(file.pool_idle_lifetime),
+                60.0,
+                "pool_idle_lifetime",
+            )?,
         })
     }
 }

@@ -166,7 +166,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         .await
         {
             StreamEnd::Refused | StreamEnd::Interrupted | StreamEnd::Failed => Ok(()),
-            StreamEnd::Closed => Err(SessionEnd::Quit),
+            StreamEnd::Closed => {
+                // Mid-stream: whatever the stream's connection was doing is not known to be over.
+                self.uncertain = true;
+                Err(SessionEnd::Quit)
+            }
             StreamEnd::BackendLost(e, seq) => {
                 self.relay.next_seq = seq;
                 Err(SessionEnd::Backend(std::io::Error::other(e.to_string())))

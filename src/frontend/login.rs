@@ -8,6 +8,7 @@ use mysql_common::constants::CapabilityFlags;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::debug;
 
+use super::pool::{Checkout, PoolKey, Ticket, Warm};
 use super::session::Session;
 use super::spares::Fresh;
 use super::{Context, Peer};
@@ -32,7 +33,16 @@ where
     // thread id: CONNECTION_ID(), the process list and KILL then agree without translation. It
     // is one a client that did not log in left (`spares`) when there is one: a client that never
     // logs in costs the server nothing.
-    let fresh = match ctx.spares.take(ctx.config.backend_connect_timeout).await {
+    let warm = ctx.pool.take_any().await;
+    let fresh = match warm {
+        Some(warm) => Ok(Greeter::Warm(Box::new(warm))),
+        None => ctx
+            .spares
+            .take(ctx.config.backend_connect_timeout)
+            .await
+            .map(Greeter::Fresh),
+    };
+    let fresh = match fresh {
         Ok(b) => b,
         Err(e) => {
             ctx.metrics
@@ -58,8 +68,10 @@ where
     let mut unused = Some(fresh);
     let login = connection_phase(ctx.clone(), PacketReader::new(stream), &mut unused, peer);
     let outcome = tokio::time::timeout(handshake_timeout, login).await;
-    if let Some(fresh) = unused {
-        ctx.spares.give_back(fresh);
+    match unused {
+        Some(Greeter::Fresh(fresh)) => ctx.spares.give_back(fresh),
+        Some(Greeter::Warm(warm)) => ctx.pool.put_back(*warm),
+        None => {}
     }
     match outcome {
         Ok(Ok(Some(session))) => session.run_boxed().await,
@@ -76,6 +88,23 @@ fn with_connect_sql_state(mut err: ErrorPacket) -> ErrorPacket {
         err.sql_state = *b"08004";
     }
     err
+}
+
+/// The backend connection a client is greeted with (its thread id is in the greeting).
+pub enum Greeter {
+    /// Connected, never logged in (`spares`).
+    Fresh(Fresh),
+    /// Logged in and reset (`pool`): it serves the client if the client's settings match.
+    Warm(Box<Warm>),
+}
+
+impl Greeter {
+    fn backend(&self) -> &Backend {
+        match self {
+            Greeter::Fresh(f) => &f.backend,
+            Greeter::Warm(w) => &w.backend,
+        }
+    }
 }
 
 /// A session ready to run, whatever stream the client ended up on.
@@ -109,13 +138,10 @@ fn offered_capabilities(ctx: &Context, backend: &Backend) -> CapabilityFlags {
 async fn connection_phase<S: AsyncRead + AsyncWrite + Unpin>(
     ctx: Arc<Context>,
     mut client: PacketReader<S>,
-    backend: &mut Option<Fresh>,
+    backend: &mut Option<Greeter>,
     peer: Peer,
 ) -> std::io::Result<Option<ReadySession<S>>> {
-    let Some(Fresh {
-        backend: greeted, ..
-    }) = backend.as_ref()
-    else {
+    let Some(greeted) = backend.as_ref().map(Greeter::backend) else {
         return Ok(None);
     };
     let nonce = auth::new_nonce();
@@ -165,7 +191,7 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     ctx: Arc<Context>,
     mut client: PacketReader<S>,
     response_packet: Packet,
-    backend: &mut Option<Fresh>,
+    backend: &mut Option<Greeter>,
     nonce: [u8; 20],
     offered: CapabilityFlags,
     peer: Peer,
@@ -237,51 +263,130 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
         seq = write_packet(client.get_mut(), seq, &[0x01, 0x03]).await?;
     }
     let session_caps = response.capabilities & offered;
-    // From here the backend connection is this client's, whatever happens.
-    let Some(Fresh { mut backend, .. }) = backend.take() else {
+    // From here the greeting's backend connection is this client's (or, if it is a warm one of
+    // other settings, back in the pool), whatever happens.
+    let Some(greeter) = backend.take() else {
         return Ok(None);
     };
-    let target = backend.target.clone();
-    let reply = match backend.login(&target, &response).await {
+    let served = match backend_for(&ctx, greeter, &response).await {
         Ok(r) => r,
         Err(e) => {
             ctx.metrics
                 .backend_error(crate::metrics::BackendErrorKind::Connect);
             tracing::warn!(%peer, "backend login failed: {e}");
-            let err = ErrorPacket::new(
-                ER_CONNECT_TO_FOREIGN_DATA_SOURCE,
-                "08004",
-                format!("msgproxy could not log in to its backend: {e}; fix the backend or msgproxy's --backend, then reconnect"),
-            );
+            let err = match e {
+                // A new connection the server refused in place of its greeting (too many
+                // connections, host blocked): its own error, as at the greeting (with the pool on,
+                // a client whose settings no warm connection has gets its connection here).
+                crate::backend::BackendError::Refused(err) => with_connect_sql_state(err),
+                e => ErrorPacket::new(
+                    ER_CONNECT_TO_FOREIGN_DATA_SOURCE,
+                    "08004",
+                    format!("msgproxy could not log in to its backend: {e}; fix the backend or msgproxy's --backend, then reconnect"),
+                ),
+            };
             write_packet(client.get_mut(), seq, &err.encode(true)).await?;
             return Ok(None);
         }
     };
-    match reply {
-        LoginReply::Ok(ok) => {
+    match served {
+        Served::Ready(backend, ok, ticket) => {
             write_packet(client.get_mut(), seq, &ok).await?;
             let status =
                 crate::protocol::wire::status_flags(&ok).unwrap_or(backend.greeting.status);
             debug!(%peer, user, id = backend.greeting.connection_id, "client logged in");
             let database = response.database;
-            Ok(Some(Session::new(
+            let mut session = Session::new(
                 ctx,
                 client,
-                backend,
+                *backend,
                 session_caps,
                 status,
                 nonce,
                 user,
                 peer,
                 database,
-            )))
+            );
+            session.ticket = ticket;
+            Ok(Some(session))
         }
-        LoginReply::Err(err) => {
+        Served::Refused(err) => {
             // The backend's own refusal (unknown database, too many connections, ...).
             write_packet(client.get_mut(), seq, &err).await?;
             Ok(None)
         }
     }
+}
+
+/// The backend connection that serves a client who has passed the proxy's checks, and the
+/// answer to its login: the greeting's connection when it is fresh (logged in now) or warm with
+/// the client's settings, else a warm one with them, else a new one. The ticket, when the pool is
+/// on, lets the session give the connection back.
+async fn backend_for(
+    ctx: &Context,
+    greeter: Greeter,
+    response: &HandshakeResponse<'_>,
+) -> Result<Served, crate::backend::BackendError> {
+    let warm = match greeter {
+        Greeter::Fresh(fresh) => return log_in(ctx, fresh, response).await,
+        Greeter::Warm(warm) => {
+            if warm.ticket.key == PoolKey::of(&warm.backend, response) {
+                Some(*warm)
+            } else {
+                // Another driver or character set: the greeted connection stays warm for a
+                // client like the one it served, and this one gets a connection of its own.
+                let key = PoolKey::of(&warm.backend, response);
+                ctx.pool.put_back(*warm);
+                ctx.pool.take(key).await
+            }
+        }
+    };
+    match warm {
+        Some(warm) => match ctx.pool.check_out(warm, response.database).await? {
+            Checkout::Ready(warm, ok) => {
+                let Warm {
+                    backend, ticket, ..
+                } = *warm;
+                Ok(Served::Ready(Box::new(backend), ok, Some(ticket)))
+            }
+            // The server's refusal of the database, as a login with it would have been
+            // refused; the connection is back in the pool.
+            Checkout::Refused(err) => Ok(Served::Refused(err)),
+        },
+        None => {
+            let fresh = ctx.spares.take(ctx.config.backend_connect_timeout).await?;
+            log_in(ctx, fresh, response).await
+        }
+    }
+}
+
+/// Logs a connection that has only greeted in with the client's settings.
+async fn log_in(
+    ctx: &Context,
+    fresh: Fresh,
+    response: &HandshakeResponse<'_>,
+) -> Result<Served, crate::backend::BackendError> {
+    let Fresh { mut backend, .. } = fresh;
+    let target = backend.target.clone();
+    match backend.login(&target, response).await? {
+        LoginReply::Ok(ok) => {
+            ctx.pool.missed();
+            let ticket = ctx
+                .pool
+                .enabled()
+                .then(|| ctx.pool.ticket(PoolKey::of(&backend, response), &ok));
+            Ok(Served::Ready(Box::new(backend), ok, ticket))
+        }
+        LoginReply::Err(err) => Ok(Served::Refused(err)),
+    }
+}
+
+/// What the backend made of a client's login.
+enum Served {
+    /// Logged in: the connection, the OK to answer the client with, the pool's ticket.
+    Ready(Box<Backend>, BytesMut, Option<Ticket>),
+    /// The server's ERR (unknown database, too many connections, ...), for the client.
+    Refused(BytesMut),
 }
 
 /// The plugin under which the client's first response can be checked, or `None` when the

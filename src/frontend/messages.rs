@@ -250,7 +250,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         .await
         {
             StreamEnd::Refused | StreamEnd::Interrupted | StreamEnd::Failed => Ok(()),
-            StreamEnd::Closed => Err(SessionEnd::Quit),
+            StreamEnd::Closed => {
+                // Mid-stream: whatever the stream's connection was doing is not known to be over.
+                self.uncertain = true;
+                Err(SessionEnd::Quit)
+            }
             StreamEnd::BackendLost(e, seq) => {
                 // The session's error packet continues the stream's result set.
                 self.relay.next_seq = seq;

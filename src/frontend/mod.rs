@@ -9,6 +9,7 @@ mod interrupts;
 mod login;
 mod messages;
 mod ops;
+mod pool;
 mod refusal;
 mod session;
 pub mod spares;
@@ -55,7 +56,33 @@ pub struct Context {
     pub spares: Arc<spares::Spares>,
     /// The configured servers and the one in use (`crate::cluster`).
     pub backends: Arc<crate::cluster::Backends>,
+    /// Warm backend connections clients left cleanly, reset, for the next clients.
+    pub pool: Arc<pool::Pool>,
     implicit_root: User,
+}
+
+/// The warm pool follows the server in use (docs/CLUSTERS.md): after a switch its connections,
+/// which are the old server's, are closed rather than handed to clients.
+fn follow_switches(
+    backends: &Arc<crate::cluster::Backends>,
+    pool: &Arc<pool::Pool>,
+    shutdown: &CancellationToken,
+) {
+    let mut switches = backends.subscribe();
+    let (backends, pool, shutdown) = (backends.clone(), pool.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = switches.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    pool.retarget(backends.current());
+                }
+            }
+        }
+    });
 }
 
 impl Context {
@@ -74,8 +101,18 @@ impl Context {
             Arc::new(backend_sessions::PoolSessions::new(engine.pool(), 0))
                 as Arc<dyn crate::relay::BackendSessions>
         });
+        let metrics: Arc<crate::metrics::ProxyMetrics> = Arc::default();
+        let pool = pool::Pool::new(
+            backends.current(),
+            config.pool_size,
+            config.pool_idle_lifetime,
+            metrics.clone(),
+            shutdown.clone(),
+        );
+        follow_switches(&backends, &pool, &shutdown);
         Ok(Context {
             backend_sessions,
+            pool,
             refusals,
             spares: spares::Spares::new(backends.clone(), shutdown.clone()),
             backends,
@@ -85,7 +122,7 @@ impl Context {
             shutdown,
             engine,
             stream_engine: None,
-            metrics: Arc::default(),
+            metrics,
             streams: Arc::default(),
             implicit_root: User {
                 name: "root".into(),
@@ -221,6 +258,8 @@ impl Server {
     pub async fn run(self) {
         let permits = Arc::new(Semaphore::new(self.ctx.config.max_connections));
         let tracker = TaskTracker::new();
+        // Tracked, so that the drain waits for it to close the idle connections politely.
+        tracker.spawn(self.ctx.pool.clone().reap());
         let mut backoff = Duration::from_millis(10);
         loop {
             let accepted = tokio::select! {

@@ -82,6 +82,11 @@ pub struct Session<S> {
     pub(super) nonce: [u8; 20],
     pub(super) user: String,
     pub(super) peer: super::Peer,
+    /// With the pool on: what gives the backend connection back to it when the client leaves.
+    pub(super) ticket: Option<super::pool::Ticket>,
+    /// The session did something a reset is not known to undo (`COM_SET_OPTION`,
+    /// `COM_CHANGE_USER`, `XA`, `SET ROLE`): its connection is closed, never pooled.
+    pub(super) uncertain: bool,
 }
 
 /// What the proxy knows of the session's current database.
@@ -181,6 +186,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             nonce,
             user,
             peer,
+            ticket: None,
+            uncertain: false,
         }
     }
 
@@ -253,6 +260,34 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
         }
         let _ = self.client.get_mut().shutdown().await;
+        self.release_backend(&end).await;
+    }
+
+    /// After the client has gone: the backend connection back to the pool when the session is
+    /// known to have left it in a state a reset undoes, else closed (`frontend::pool`).
+    async fn release_backend(self, end: &SessionEnd) {
+        let Some(ticket) = self.ticket else {
+            return;
+        };
+        // Only a client that said goodbye (COM_QUIT) left cleanly: one that closed its
+        // connection is an aborted client to the server, whose session ends with it.
+        let clean = matches!(end, SessionEnd::Quit)
+            && !self.uncertain
+            && !self.relay.in_transaction()
+            && self.backend.conn.buffered().is_empty();
+        if clean {
+            let database = match self.current_db {
+                CurrentDb::Known(db) => Some(db.map(String::into_bytes)),
+                CurrentDb::Unknown => None,
+            };
+            self.ctx.pool.give_back(self.backend, ticket, database);
+        } else {
+            self.ctx.metrics.pool_discarded();
+            if matches!(end, SessionEnd::Quit) {
+                // The COM_QUIT the client sent, which was held back for the pool.
+                self.backend.quit().await;
+            }
+        }
     }
 
     /// Ends the backend session while a command may still run there: closing the connection ends
@@ -337,13 +372,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         };
         let kind = match command {
             COM_QUIT => {
-                let _ = self.backend.conn.get_mut().write_all(&raw).await;
+                // With the pool on, the connection may outlive the client (`release_backend`).
+                if self.ticket.is_none() {
+                    let _ = self.backend.conn.get_mut().write_all(&raw).await;
+                }
                 return Err(SessionEnd::Quit);
             }
             COM_QUERY => {
                 let whole = &payload[1..];
                 let (statement, classification) = self.statement_inside(whole);
                 self.ctx.metrics.statement(classification.keyword);
+                // An XA transaction may outlive its statements' status flags (prepared); a
+                // role outlives any reset.
+                if self.ticket.is_some()
+                    && (classification.keyword == sql::Keyword::Xa
+                        || sql::may_set_role(whole, self.quoting()))
+                {
+                    self.uncertain = true;
+                }
                 if classification.action == Action::Virtual
                     && self.virtual_runs_here(statement).await?
                 {
@@ -408,6 +454,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return Ok(());
             }
             COM_SET_OPTION => {
+                // It changes the login's capabilities, which no reset restores.
+                self.uncertain = true;
                 self.relay_command(&raw, ResponseKind::Single).await?;
                 // MYSQL_OPTION_MULTI_STATEMENTS_ON is 0, _OFF is 1.
                 match payload.get(1..3) {
@@ -429,7 +477,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     )
                     .await;
             }
-            COM_CHANGE_USER => return self.change_user(&raw[4..]).await,
+            COM_CHANGE_USER => {
+                // The login's character set and attributes may have changed.
+                self.uncertain = true;
+                return self.change_user(&raw[4..]).await;
+            }
             COM_BINLOG_DUMP | COM_BINLOG_DUMP_GTID | COM_REGISTER_SLAVE | COM_TABLE_DUMP
             | COM_CONNECT_OUT => {
                 return self
@@ -476,6 +528,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 return self.refuse_long_command(&raw, virtual_not_prepared()).await;
             }
             COM_STMT_PREPARE => {
+                if self.ticket.is_some() && sql::may_set_role(&payload[1..], self.quoting()) {
+                    self.uncertain = true;
+                }
                 let classification = sql::classify(&payload[1..]);
                 if sql::current_db::may_change_database(classification.keyword, &payload[1..]) {
                     self.risky_prepared = true;

@@ -193,14 +193,18 @@ impl Spares {
     }
 }
 
-/// Whether a spare's connection is still open and silent (the server has not ended it): a read
-/// that would wait is the answer, anything else (an error packet, the end) means it is gone.
-async fn still_open(backend: &mut Backend) -> bool {
+/// Whether a spare's (or a warm) connection is still open and silent (the server has not ended
+/// it): a read that would wait is the answer, anything else (an error packet, the end) means it is
+/// gone. The read is polled once, not under a zero timeout: tokio fires timers on its next
+/// millisecond tick, which cost every client greeted from the pool up to 1 ms (measured: 2 ms a
+/// connection instead of well under one).
+pub(super) async fn still_open(backend: &mut Backend) -> bool {
     if !backend.conn.buffered().is_empty() {
         return false;
     }
-    matches!(
-        tokio::time::timeout(Duration::ZERO, backend.conn.fill()).await,
-        Err(_elapsed)
-    )
+    let mut read = std::pin::pin!(backend.conn.fill());
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(std::future::Future::poll(read.as_mut(), cx).is_pending())
+    })
+    .await
 }

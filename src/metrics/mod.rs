@@ -50,6 +50,18 @@ pub struct ProxyMetrics {
     statements: [AtomicU64; KEYWORD_SLOTS],
     backend_connect_errors: AtomicU64,
     backend_lost: AtomicU64,
+    /// The warm backend connection pool (`frontend::pool`).
+    pool: PoolCounters,
+}
+
+/// The warm pool's gauge and counters.
+#[derive(Debug, Default)]
+struct PoolCounters {
+    idle: AtomicU64,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    resets: AtomicU64,
+    discards: AtomicU64,
 }
 
 impl Default for ProxyMetrics {
@@ -63,6 +75,7 @@ impl Default for ProxyMetrics {
             statements: std::array::from_fn(|_| AtomicU64::new(0)),
             backend_connect_errors: AtomicU64::new(0),
             backend_lost: AtomicU64::new(0),
+            pool: PoolCounters::default(),
         }
     }
 }
@@ -106,6 +119,32 @@ impl ProxyMetrics {
         self.connections_accepted
             .load(Relaxed)
             .saturating_sub(closed)
+    }
+
+    /// The warm connections idle in the pool now.
+    pub fn pool_idle_now(&self, n: usize) {
+        self.pool.idle.store(n as u64, Relaxed);
+    }
+
+    /// A client was served by a warm connection.
+    pub fn pool_hit(&self) {
+        self.pool.hits.fetch_add(1, Relaxed);
+    }
+
+    /// A client was served by a new connection while the pool is on.
+    pub fn pool_miss(&self) {
+        self.pool.misses.fetch_add(1, Relaxed);
+    }
+
+    /// A session's connection was reset and kept.
+    pub fn pool_reset(&self) {
+        self.pool.resets.fetch_add(1, Relaxed);
+    }
+
+    /// A connection the pool closed instead of keeping (reset failed, full, idle too long,
+    /// found closed, backend changed, shutdown).
+    pub fn pool_discarded(&self) {
+        self.pool.discards.fetch_add(1, Relaxed);
     }
 
     pub fn backend_error(&self, kind: BackendErrorKind) {
@@ -230,6 +269,7 @@ impl Registry {
         );
         let lost = p.backend_lost.load(Relaxed);
         e.sample("msgproxy_backend_errors_total", &[("kind", "lost")], lost);
+        self.render_pool(e);
         let binlog_reconnects = self.binlog_reconnects();
         e.family(
             "msgproxy_reconnects_total",
@@ -242,6 +282,30 @@ impl Registry {
             &[],
             binlog_reconnects.saturating_add(connect),
         );
+    }
+
+    fn render_pool(&self, e: &mut Exposition) {
+        let pool = &self.proxy.pool;
+        e.family(
+            "msgproxy_pool_idle_connections",
+            Kind::Gauge,
+            "Warm backend connections idle in the pool now (--pool-size).",
+        );
+        e.sample(
+            "msgproxy_pool_idle_connections",
+            &[],
+            pool.idle.load(Relaxed),
+        );
+        let counters = [
+            ("msgproxy_pool_hits_total", &pool.hits, "Clients served by a warm backend connection from the pool."),
+            ("msgproxy_pool_misses_total", &pool.misses, "Clients served by a new backend connection while the pool is on (none warm with their settings)."),
+            ("msgproxy_pool_resets_total", &pool.resets, "Backend connections reset after their client left and kept in the pool."),
+            ("msgproxy_pool_discards_total", &pool.discards, "Backend connections closed instead of kept (uncertain session, failed reset, pool full, idle too long, found closed, shutdown)."),
+        ];
+        for (name, counter, help) in counters {
+            e.family(name, Kind::Counter, help);
+            e.sample(name, &[], counter.load(Relaxed));
+        }
     }
 
     fn binlog_reconnects(&self) -> u64 {

@@ -5,4 +5,5 @@ pub mod auth;
 pub mod commands;
 pub mod handshake;
 pub mod packet;
+pub mod sha2_rsa;
 pub mod wire;

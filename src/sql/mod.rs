@@ -44,6 +44,7 @@ mod mentions;
 mod prepare;
 mod reserved;
 mod rewrite;
+mod role;
 mod set_statement;
 mod statements;
 mod stream_filter;
@@ -59,6 +60,7 @@ pub use lexer::{unquote_identifier, Piece, Quoting, Words};
 pub use mentions::{contains_ignore_ascii_case, is_bare_identifier, names_identifier};
 pub use prepare::prepared_text;
 pub use rewrite::{rewrite, socket_literal};
+pub use role::may_set_role;
 pub use set_statement::set_statement_body;
 pub use statements::{
     parse_virtual, parse_virtual_in, AckId, Seconds, SyntaxError, TableName, VirtualStatement,

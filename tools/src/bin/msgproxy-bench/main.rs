@@ -24,12 +24,14 @@
 //! - `handqueue` — msgproxy's queue against one written by hand in SQL on the same server.
 //! - `streams` — event streams (docs/STREAMS.md §5): one group's delivered-and-acked events/s
 //!   (InnoDB and BLACKHOLE stream tables) against the server's insert rate; four groups.
+//! - `haproxy` — HAProxy in TCP mode in front of the same server, the point SELECTs' third side.
 //! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
 
 mod backlog;
 mod ddl;
 mod fifo;
 mod handqueue;
+mod haproxy;
 mod messaging;
 mod passthrough;
 mod report;
@@ -251,6 +253,10 @@ pub struct Ctx {
     pub proxy: Proxy,
     /// With --proxy-socket: the proxy that reaches the server over its socket.
     pub socket_proxy: Option<SocketProxy>,
+    /// HAProxy in TCP mode in front of the server, when installed (the point SELECTs).
+    pub haproxy: Option<haproxy::HaProxy>,
+    /// Clients through HAProxy.
+    pub haproxied: Option<Target>,
     pub proxy_bin: PathBuf,
     pub work: PathBuf,
     /// The throwaway server's pid (None for a `--backend` server, whose CPU is not read).
@@ -279,6 +285,9 @@ impl Ctx {
         v.push(("px", self.proxy.process.pid()));
         if let Some(s) = &self.socket_proxy {
             v.push(("pxs", s.proxy.process.pid()));
+        }
+        if let Some(h) = &self.haproxy {
+            v.push(("hap", h.process.pid()));
         }
         v.push(("cli", std::process::id()));
         v
@@ -411,12 +420,24 @@ async fn run(mut opts: Opts) -> Result<bool, String> {
     } else {
         None
     };
+    let haproxy = if opts.wants("point") {
+        let h = haproxy::HaProxy::start(&direct, &work.path)?;
+        if h.is_none() {
+            eprintln!("haproxy is not installed (apt-get install haproxy): the point SELECTs run without HAProxy's side");
+        }
+        h
+    } else {
+        None
+    };
+    let haproxied = haproxy.as_ref().map(|h| direct.with_port(h.port));
     let mut ctx = Ctx {
         opts: opts.clone(),
         direct,
         proxied,
         proxy,
         socket_proxy,
+        haproxy,
+        haproxied,
         proxy_bin,
         work: work.path.clone(),
         server_pid: server.as_ref().map(|s| s.process.pid()),
@@ -568,6 +589,13 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
         c.quit().await;
     }
     let o = &ctx.opts;
+    let haproxy = match &ctx.haproxy {
+        Some(h) => format!(
+            "\nhaproxy: {} (TCP mode; the point SELECTs' third side)",
+            h.version
+        ),
+        None => String::new(),
+    };
     format!(
         "machine: {cpu}, {cores} cores, load average at start {load}\nserver: {} ({durability})\nmsgproxy: {}{}{}\nrun: {} repetitions × {:.1} s, interleaved direct/proxy; {} connections; messaging: {} producers, {} consumers{}, {} rows per multi-row insert, vt_batch_size={}, vt_cache_size={}, vt_poller_interval={}{}{}",
         match server {
@@ -604,7 +632,7 @@ async fn describe(ctx: &Ctx, server: Option<&MariaDb>) -> String {
             .map(|n| format!(", vt_max_unacked={n}"))
             .unwrap_or_default(),
         if o.smoke { " (SMOKE: figures mean nothing)" } else { "" }
-    )
+    ) + &haproxy
 }
 
 /// Where `--server-cpus` / `--proxy-cpus` keep the parties, for the header ("" when unpinned).

@@ -3,7 +3,9 @@
 //! - point SELECT by primary key, text protocol and prepared, at 1 and N connections: QPS and
 //!   per-request latency;
 //! - one large result (`--large-rows` rows of about 100 bytes): rows per second;
-//! - connection set-up (connect, log in, one query, quit): connections per second.
+//! - connection set-up (connect, log in, one query, quit): connections per second, with
+//!   msgproxy's pool of warm backend connections off (cold) and on (warm);
+//! - in the point SELECTs, HAProxy in TCP mode as a third side when it is installed.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -29,9 +31,22 @@ const DIRECT_UNIX_VARIANT: &str = "direct-unix";
 /// ...and clients on that proxy's own socket, compared with the clients on the server's.
 const PROXY_UNIX_VARIANT: &str = "proxy-unix";
 
+/// HAProxy in TCP mode in front of the server (when installed): the point SELECTs' third side.
+const HAPROXY_VARIANT: &str = "haproxy";
+
+/// The connection set-up through a msgproxy with a warm pool (`--pool-size`).
+const POOLED_VARIANT: &str = "proxy-pool";
+
+/// Warm connections of the pooled proxy in the connection set-up scenario: more than its
+/// workers, so that a connection being reset never leaves a client without a warm one.
+const POOL_SIZE: usize = 4 * CONNECT_WORKERS;
+
 pub fn target_of<'a>(ctx: &'a Ctx, variant: &str) -> &'a Target {
     match (variant, &ctx.socket_proxy) {
         ("proxy", _) => &ctx.proxied,
+        (HAPROXY_VARIANT, _) if ctx.haproxied.is_some() => {
+            ctx.haproxied.as_ref().unwrap_or(&ctx.direct)
+        }
         (SOCKET_VARIANT, Some(s)) => &s.over_tcp,
         (DIRECT_UNIX_VARIANT, Some(s)) => &s.server_socket,
         (PROXY_UNIX_VARIANT, Some(s)) => &s.over_socket,
@@ -43,6 +58,7 @@ pub fn target_of<'a>(ctx: &'a Ctx, variant: &str) -> &'a Target {
 fn baseline_of(variant: &str) -> (&'static str, &'static str) {
     match variant {
         SOCKET_VARIANT => ("direct", ", msgproxy on the server's socket"),
+        HAPROXY_VARIANT => ("direct", ", HAProxy (TCP mode) instead of msgproxy"),
         PROXY_UNIX_VARIANT => (
             DIRECT_UNIX_VARIANT,
             ", sockets end to end (client on msgproxy's socket, msgproxy on the server's; vs client on the server's socket)",
@@ -100,6 +116,9 @@ pub async fn point_selects(ctx: &mut Ctx) -> Result<(), String> {
     if ctx.socket_proxy.is_some() {
         variants.extend([SOCKET_VARIANT, DIRECT_UNIX_VARIANT, PROXY_UNIX_VARIANT]);
     }
+    if ctx.haproxied.is_some() {
+        variants.push(HAPROXY_VARIANT);
+    }
     for conns in [1, many] {
         for prepared in [false, true] {
             let mut samples = Samples::default();
@@ -122,6 +141,8 @@ pub async fn point_selects(ctx: &mut Ctx) -> Result<(), String> {
                     if conns == 1 { "" } else { "s" },
                 );
                 let cpu_note = cpu_notes.remove(v).unwrap_or_default();
+                // msgproxy's targets; HAProxy's rows are there to compare with.
+                let targeted = v != HAPROXY_VARIANT;
                 ctx.rows.push(ratio_row_of(
                     &name,
                     "queries/s",
@@ -129,17 +150,65 @@ pub async fn point_selects(ctx: &mut Ctx) -> Result<(), String> {
                     (baseline, v),
                     "qps",
                     Unit::PerSec,
-                    (conns > 1).then_some(0.90),
+                    (conns > 1 && targeted).then_some(0.90),
                     &cpu_note,
                 ));
-                if let Some(row) = latency_row(&name, &samples, (baseline, v), conns == 1) {
+                if let Some(row) =
+                    latency_row(&name, &samples, (baseline, v), conns == 1 && targeted)
+                {
                     ctx.rows.push(row);
                 }
                 eprintln!("   {name}: done");
             }
+            if variants.contains(&HAPROXY_VARIANT) {
+                ctx.rows
+                    .extend(against_haproxy(&samples, conns, prepared, conns > 1));
+            }
         }
     }
     Ok(())
+}
+
+/// msgproxy against HAProxy, both in front of the same server in the same run (issue 23): QPS
+/// at many connections (target ≥ 1.0×), and the latency each adds to the server's at one
+/// (target: msgproxy's ≤ HAProxy's).
+fn against_haproxy(samples: &Samples, conns: usize, prepared: bool, many: bool) -> Vec<Row> {
+    let name = format!(
+        "point SELECT by PK, {}, {conns} conn{}, msgproxy vs HAProxy (TCP mode)",
+        if prepared { "prepared" } else { "text" },
+        if conns == 1 { "" } else { "s" },
+    );
+    let mut rows = Vec::new();
+    let mut qps = ratio_row_of(
+        &name,
+        "queries/s",
+        samples,
+        (HAPROXY_VARIANT, "proxy"),
+        "qps",
+        Unit::PerSec,
+        many.then_some(1.0),
+        "",
+    );
+    qps.baseline = qps.baseline.replacen("server", "HAProxy", 1);
+    rows.push(qps);
+    let (Some(d), Some(h), Some(p)) = (
+        samples.get("direct", "p50"),
+        samples.get(HAPROXY_VARIANT, "p50"),
+        samples.get("proxy", "p50"),
+    ) else {
+        return rows;
+    };
+    let (added_h, added_p) = (h.median - d.median, p.median - d.median);
+    let mut lat = Row::new(&name, "added latency p50");
+    lat.baseline = format!("HAProxy {added_h:+.0} µs");
+    lat.measured = format!("{added_p:+.0} µs");
+    lat.relation = format!("{:+.0} µs", added_p - added_h);
+    if !many {
+        lat.target = "≤ HAProxy's".into();
+        lat.met = Some(added_p <= added_h);
+    }
+    rows.push(lat);
+    rows
 }
 
 /// Latency p50 (p99) of a variant against its baseline's (`pair`: baseline, variant), with the
@@ -387,43 +456,76 @@ async fn large_run(target: &Target, n: u64) -> Result<(f64, f64), String> {
 
 pub async fn connection_setup(ctx: &mut Ctx) -> Result<(), String> {
     let dur = ctx.opts.duration();
+    // A second msgproxy with a warm pool (issue 23); the main one has none (every client's
+    // backend connection is new: the pool cold).
+    let pooled_proxy = crate::servers::Proxy::start_with_args(
+        &ctx.proxy_bin,
+        &ctx.direct.url(),
+        &ctx.work,
+        "pool",
+        &["--pool-size", &POOL_SIZE.to_string()],
+    )?;
+    let pooled = ctx.direct.with_port(pooled_proxy.port);
     let mut samples = Samples::default();
-    let mut cpu_note = String::new();
+    let mut cpu_notes = std::collections::HashMap::new();
+    let variants = ["direct", "proxy", POOLED_VARIANT];
     for _ in 0..ctx.opts.reps() {
-        for v in VARIANTS {
-            let meter = CpuMeter::start(&ctx.cpu_pids());
-            let (rate, mut lat) = connect_run(target_of(ctx, v), dur).await?;
-            if v == "proxy" {
-                cpu_note = meter.finish();
-            }
+        for v in variants {
+            let mut pids = ctx.cpu_pids();
+            pids.push(("pxp", pooled_proxy.process.pid()));
+            let meter = CpuMeter::start(&pids);
+            let target = if v == POOLED_VARIANT {
+                &pooled
+            } else {
+                target_of(ctx, v)
+            };
+            let (rate, mut lat) = connect_run(target, dur).await?;
+            cpu_notes.insert(v, meter.finish());
             samples.add(v, "rate", rate);
             samples.add(v, "p50", lat.percentile_us(50.0).unwrap_or(0.0));
         }
     }
-    let name =
+    let base =
         format!("connection set-up (connect, log in, SELECT 1, quit), {CONNECT_WORKERS} at a time");
-    ctx.rows.push(ratio_row(
-        &name,
-        "connections/s",
-        &samples,
-        "rate",
-        Unit::PerSec,
-        None,
-        &cpu_note,
-    ));
-    let mut row = ratio_row(
-        &name,
-        "time per connection p50",
-        &samples,
-        "p50",
-        Unit::Micros,
-        None,
-        "",
-    );
-    if let (Some(d), Some(p)) = (samples.get("direct", "p50"), samples.get("proxy", "p50")) {
-        row.relation = format!("{:+.0} µs", p.median - d.median);
+    for (v, label, min) in [
+        (
+            "proxy",
+            "pool cold (--pool-size 0: a new backend connection each)".to_string(),
+            None,
+        ),
+        (
+            POOLED_VARIANT,
+            format!("pool warm (--pool-size {POOL_SIZE})"),
+            Some(1.0),
+        ),
+    ] {
+        let name = format!("{base}, {label}");
+        let note = cpu_notes.remove(v).unwrap_or_default();
+        ctx.rows.push(ratio_row_of(
+            &name,
+            "connections/s",
+            &samples,
+            ("direct", v),
+            "rate",
+            Unit::PerSec,
+            min,
+            &note,
+        ));
+        let mut row = ratio_row_of(
+            &name,
+            "time per connection p50",
+            &samples,
+            ("direct", v),
+            "p50",
+            Unit::Micros,
+            None,
+            "",
+        );
+        if let (Some(d), Some(p)) = (samples.get("direct", "p50"), samples.get(v, "p50")) {
+            row.relation = format!("{:+.0} µs", p.median - d.median);
+        }
+        ctx.rows.push(row);
     }
-    ctx.rows.push(row);
     Ok(())
 }
 

@@ -603,6 +603,17 @@ impl Proxy {
         Proxy::launch(binary, backend_url, work, tag, &log_filter(), Some(socket))
     }
 
+    /// Like [`Proxy::start`], with more msgproxy flags (`--pool-size 16`).
+    pub fn start_with_args(
+        binary: &Path,
+        backend_url: &str,
+        work: &Path,
+        tag: &str,
+        args: &[&str],
+    ) -> Result<Proxy, String> {
+        Proxy::launch_with(binary, backend_url, work, tag, &log_filter(), None, args)
+    }
+
     /// Starts the proxy with `MSGPROXY_LOG=log_filter`.
     pub fn start_with_log(
         binary: &Path,
@@ -622,6 +633,18 @@ impl Proxy {
         log_filter: &str,
         socket: Option<PathBuf>,
     ) -> Result<Proxy, String> {
+        Proxy::launch_with(binary, backend_url, work, tag, log_filter, socket, &[])
+    }
+
+    fn launch_with(
+        binary: &Path,
+        backend_url: &str,
+        work: &Path,
+        tag: &str,
+        log_filter: &str,
+        socket: Option<PathBuf>,
+        args: &[&str],
+    ) -> Result<Proxy, String> {
         let config = proxy_users_config(backend_url, work, tag)?;
         let mut last_err = String::new();
         for _ in 0..3 {
@@ -639,6 +662,7 @@ impl Proxy {
             if let Some(socket) = &socket {
                 cmd.arg("--listen-socket").arg(socket);
             }
+            cmd.args(args);
             let mut process = spawn_owned(cmd, work.join(format!("msgproxy-{tag}.log")))?;
             match wait_for_greeting(&mut process, port, "msgproxy", Duration::from_secs(20)) {
                 Ok(()) => {
