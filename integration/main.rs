@@ -47,6 +47,7 @@ mod backend_tls;
 mod binlog;
 mod bulk;
 mod cli;
+mod cluster;
 mod commands;
 mod failures;
 mod faults;
