@@ -335,7 +335,7 @@ fn render_tables(h: &mut String, v: &View) {
             h,
             "<tr{class} data-table=\"{}\" data-status=\"loaded\" data-due=\"{}\" data-in-flight=\"{}\" \
              data-scheduled=\"{}\" data-dead=\"{}\" data-acked-unpurged=\"{}\" data-streams=\"{}\" \
-             data-sent=\"{}\" data-acked=\"{}\" data-redelivered=\"{}\" data-dead-lettered=\"{}\"{counted}>\
+             data-sent=\"{}\" data-acked=\"{}\" data-redelivered=\"{}\" data-dead-lettered=\"{}\" data-redriven=\"{}\"{counted}>\
              <td class=\"n\">{}</td><td>{due}</td><td>{in_flight}</td><td>{scheduled}</td><td>{}</td><td>{acked}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>",
             escape(&full),
@@ -349,6 +349,7 @@ fn render_tables(h: &mut String, v: &View) {
             f.acked,
             f.redelivered,
             f.dead_lettered,
+            f.redriven,
             escape(&full),
             if f.can_die { f.dead.map_or("…".into(), |d| d.to_string()) } else { "–".into() },
             f.oldest_due_age.map_or("–".into(), |a| format!("{a:.1} s")),

@@ -29,13 +29,6 @@ pub struct Depth {
     pub at_ns: i64,
 }
 
-impl Depth {
-    /// Whether `n` reached the cap (the real figure may be larger).
-    pub fn capped(n: u64) -> bool {
-        n >= DEPTH_CAP
-    }
-}
-
 /// The one statement that counts `def`'s depth at `now_ns`: four capped counts, each over a
 /// range the poller's and purger's indexes serve.
 pub fn depth_sql(def: &MessageTable, now_ns: i64) -> String {
