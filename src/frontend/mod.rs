@@ -29,8 +29,6 @@ use crate::config::{Config, Secret, User};
 use crate::protocol::commands::ER_CON_COUNT_ERROR;
 use crate::protocol::wire::ErrorPacket;
 
-pub use login::VERSION_SUFFIX;
-
 /// What every session shares.
 pub struct Context {
     pub config: Config,
