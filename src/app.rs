@@ -13,7 +13,7 @@ use crate::frontend::{Context, Listeners, Server};
 /// Runs the proxy with `config` until a signal stops it; the exit code for the process.
 pub async fn run(config: Config) -> std::process::ExitCode {
     let shutdown = CancellationToken::new();
-    let backend = config.backend.clone();
+    let backends = crate::cluster::Backends::new(config.backends.clone());
     let timeout = config.backend_connect_timeout;
     let listeners = match Listeners::bind(&config).await {
         Ok(l) => l,
@@ -49,17 +49,27 @@ pub async fn run(config: Config) -> std::process::ExitCode {
         },
         None => None,
     };
-    let engine = crate::messaging::engine::Engine::start(&backend, shutdown.clone()).await;
+    // With several servers: which one is writable decides where everything below goes, and it
+    // follows when that changes (docs/CLUSTERS.md).
+    backends.start_checks(shutdown.clone()).await;
+    let backend = backends.current();
+    let engine = crate::messaging::engine::Engine::start(&backends, shutdown.clone()).await;
     // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
     // and the pollers carry on alone.
-    let binlog = BinlogWatcher::start(&backend, engine.clone(), shutdown.clone());
-    // Event streams: groups are served on demand, each with a binlog reader of its own.
+    let binlog = BinlogWatcher::start(backends.clone(), engine.clone(), shutdown.clone());
+    // Event streams: groups are served on demand, each with a binlog reader of its own. They
+    // stay on the server in use at start (docs/CLUSTERS.md: not yet moved by a switch).
     let stream_engine = crate::streams::engine::StreamEngine::start(
         &backend,
         &config.stream_groups_table,
         shutdown.clone(),
     );
-    let mut ctx = match Context::new(config, shutdown.clone(), Some(engine.clone())) {
+    let mut ctx = match Context::new(
+        config,
+        shutdown.clone(),
+        Some(engine.clone()),
+        backends.clone(),
+    ) {
         Ok(c) => c,
         Err(e) => {
             error!("{e}");
@@ -70,6 +80,7 @@ pub async fn run(config: Config) -> std::process::ExitCode {
     if let Some(listener) = metrics_listener {
         let registry = crate::metrics::Registry {
             streams: Some(stream_engine.clone()),
+            backends: Some(backends.clone()),
             proxy: ctx.metrics.clone(),
             engine: Some(engine),
             binlog: Some(crate::metrics::BinlogView {
@@ -89,7 +100,8 @@ pub async fn run(config: Config) -> std::process::ExitCode {
     let spares = ctx.spares.clone();
     let server = Server::new(listeners, ctx);
     match Backend::connect(&backend, timeout).await {
-        Ok(b) => {
+        Ok(mut b) => {
+            b.generation = backends.generation();
             info!(
                 "msgproxy listening on {local}, backend {} (server version {})",
                 backend.redacted(),

@@ -12,6 +12,7 @@ pub mod sql;
 mod backend;
 mod backend_tls;
 mod binlog;
+mod cluster;
 mod frontend;
 mod messaging;
 mod metrics;

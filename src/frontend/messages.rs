@@ -343,8 +343,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
         sql.push_str(") AND ");
         sql.push_str(state::UNACKED_SQL);
-        self.send_statement(sql.as_bytes()).await?;
-        let end = self.forward_results_holding_end().await?;
+        let end = self.run_retrying_conflicts(sql.as_bytes()).await?;
         // Counted before the client sees the OK: a scrape it makes afterwards includes it.
         if !self.relay.failed {
             manager.stats().record_acked(self.relay.affected_rows);
