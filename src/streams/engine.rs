@@ -103,6 +103,9 @@ pub struct Group {
     /// Wakes the group's task: a seek, or a stream left.
     control: Notify,
     stop: CancellationToken,
+    /// Cancelled when the group's task has ended, its last save and lease release done: a new
+    /// task for the same group on this proxy waits for it (see `join`).
+    finished: CancellationToken,
 }
 
 /// A figure of a group for `SHOW STREAM GROUPS` and metrics.
@@ -415,7 +418,12 @@ impl StreamEngine {
         let group = {
             match groups.get(&key) {
                 Some(g) if !matches!(g.mode(), Mode::Gone(_)) => g.clone(),
-                _ => {
+                previous => {
+                    // A group given up here may still be saving and releasing its lease: the
+                    // new task waits for that, or the release would drop the lease under it
+                    // (same proxy, same owner) and another proxy would take the group over
+                    // while this one serves it, sending its events again at once.
+                    let previous = previous.cloned();
                     let group = Arc::new(Group {
                         key: key.clone(),
                         table: Mutex::new(table.clone()),
@@ -431,9 +439,10 @@ impl StreamEngine {
                         changed: Notify::new(),
                         control: Notify::new(),
                         stop: self.shutdown.child_token(),
+                        finished: CancellationToken::new(),
                     });
                     groups.insert(key.clone(), group.clone());
-                    self.tasks.spawn(self.clone().run(group.clone()));
+                    self.tasks.spawn(self.clone().run(group.clone(), previous));
                     group
                 }
             }
@@ -461,8 +470,10 @@ impl StreamEngine {
             .cloned();
         if let Some(group) = group {
             let mut inner = group.lock();
-            // The state exists while this proxy holds the lease.
-            if let Some(state) = inner.state.as_mut() {
+            // The state exists while this proxy holds the lease (a group being given up takes
+            // no more acks: its last save may be done).
+            let gone = matches!(inner.mode, Mode::Gone(_));
+            if let (Some(state), false) = (inner.state.as_mut(), gone) {
                 let n = state.ack(ids);
                 drop(inner);
                 group.changed.notify_waiters();

@@ -25,19 +25,15 @@ impl StreamEngine {
     }
 
     /// Ends the group here if it is idle: under the map's lock (which `join` holds while it
-    /// adds a stream), so a stream never joins a group that is going away.
+    /// adds a stream), so a stream never joins a group that is going away. The group stays in
+    /// the map (as gone) until its task has saved and released the lease (`forget`), so that a
+    /// stream joining meanwhile starts a task that waits for this one.
     fn give_up_if_idle(&self, group: &Arc<Group>) -> bool {
-        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        let _groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
         if !Self::idle(group) {
             return false;
         }
         group.lock().mode = Mode::Gone("idle".into());
-        if groups
-            .get(&group.key)
-            .is_some_and(|g| Arc::ptr_eq(g, group))
-        {
-            groups.remove(&group.key);
-        }
         true
     }
 
@@ -50,7 +46,14 @@ impl StreamEngine {
     }
 
     /// The group's task: lease, load, read, deliver, save; again after losing the lease.
-    pub(super) async fn run(self: Arc<Self>, group: Arc<Group>) {
+    pub(super) async fn run(self: Arc<Self>, group: Arc<Group>, previous: Option<Arc<Group>>) {
+        let _finished = group.finished.clone().drop_guard();
+        if let Some(previous) = previous {
+            tokio::select! {
+                _ = group.stop.cancelled() => return self.forget(&group),
+                _ = previous.finished.cancelled() => {}
+            }
+        }
         loop {
             // Take the lease.
             loop {
@@ -58,7 +61,7 @@ impl StreamEngine {
                     return self.forget(&group);
                 }
                 if self.give_up_if_idle(&group) {
-                    return;
+                    return self.forget(&group);
                 }
                 match self.store.claim(&group.key, &self.me).await {
                     Ok(true) => break,

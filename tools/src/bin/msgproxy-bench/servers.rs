@@ -14,6 +14,9 @@ use std::time::{Duration, Instant};
 use crate::wire::Target;
 
 /// The bench's work dir: `$TMPDIR/msgproxy-bench-<pid>`, removed on drop.
+/// A file in a work dir that is kept: later runs' clean-up of dead runs' dirs leaves it alone.
+const KEPT_MARK: &str = "KEPT";
+
 pub struct WorkDir {
     pub path: PathBuf,
     keep: bool,
@@ -36,7 +39,10 @@ impl WorkDir {
                     .strip_prefix(prefix.as_str())
                     .and_then(|p| p.parse::<u32>().ok())
                 {
-                    if !Path::new(&format!("/proc/{pid}")).exists() {
+                    // Kept ones (a failed check's logs, --keep-workdir) stay for the user.
+                    if !Path::new(&format!("/proc/{pid}")).exists()
+                        && !e.path().join(KEPT_MARK).exists()
+                    {
                         let _ = fs::remove_dir_all(e.path());
                     }
                 }
@@ -45,13 +51,21 @@ impl WorkDir {
         let path = base.join(format!("{prefix}{}", std::process::id()));
         let _ = fs::remove_dir_all(&path);
         fs::create_dir_all(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
-        Ok(WorkDir { path, keep })
+        let mut dir = WorkDir { path, keep: false };
+        if keep {
+            dir.keep_on_drop();
+        }
+        Ok(dir)
     }
 
-    /// Keeps the work dir after all (e.g. for a failed run's logs).
-    #[allow(dead_code)] // msgproxy-check's; the bench decides up front (--keep-workdir)
+    /// Keeps the work dir after all (e.g. for a failed run's logs), also from the clean-up of
+    /// later runs.
     pub fn keep_on_drop(&mut self) {
         self.keep = true;
+        let _ = fs::write(
+            self.path.join(KEPT_MARK),
+            "kept: not removed by later runs\n",
+        );
     }
 }
 

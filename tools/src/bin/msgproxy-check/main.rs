@@ -1035,4 +1035,15 @@ mod tests {
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("x").is_err());
     }
+
+    #[test]
+    fn workloads() {
+        let w = parse_workloads("streams, fifo").unwrap();
+        assert!(w.has("streams") && w.has("fifo") && !w.has("messages"));
+        assert_eq!(parse_workloads("messages,messages").unwrap().0.len(), 1);
+        assert!(parse_workloads("queues")
+            .unwrap_err()
+            .contains("messages, streams and fifo"));
+        assert!(parse_workloads(",").is_err());
+    }
 }
