@@ -46,6 +46,7 @@ mod backend_tls;
 mod binlog;
 mod bulk;
 mod cli;
+mod cluster;
 mod commands;
 mod failures;
 mod faults;

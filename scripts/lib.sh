@@ -130,3 +130,16 @@ msgproxy_port_in_use() {
         bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$port" 2>/dev/null
     fi
 }
+
+# msgproxy_ensure_galera: make sure the Galera provider (galera-4) and what its state transfers use (rsync for
+# SST, iproute2's `ss` for the SST script's port checks) are installed, with apt-get when one is missing.
+msgproxy_ensure_galera() {
+    local missing=()
+    [ -f /usr/lib/galera/libgalera_smm.so ] || missing+=(galera-4)
+    command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+    command -v ss >/dev/null 2>&1 || missing+=(iproute2)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        msgproxy_info "Galera cluster tests need ${missing[*]}"
+        msgproxy_apt_install "${missing[@]}"
+    fi
+}

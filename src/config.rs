@@ -29,8 +29,9 @@ pub struct Cli {
 
     /// Backend server and the credentials the proxy uses there, as
     /// mysql://user:password@host:port/database, or over the server's Unix socket as
-    /// mysql://user:password@localhost/database?socket=/path/to/mysqld.sock
-    /// [default: mysql://root@127.0.0.1:3306/test]
+    /// mysql://user:password@localhost/database?socket=/path/to/mysqld.sock; several servers
+    /// (Galera nodes, or a primary and its replicas) comma-separated: msgproxy uses the first
+    /// writable one (docs/CLUSTERS.md) [default: mysql://root@127.0.0.1:3306/test]
     #[arg(long, env = "MSGPROXY_BACKEND", value_name = "URL")]
     pub backend: Option<String>,
 
@@ -76,8 +77,9 @@ pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     /// A Unix socket to accept clients on as well, as `--listen-socket`.
     pub listen_socket: Option<PathBuf>,
-    /// Backend URL, as `--backend`.
-    pub backend: Option<String>,
+    /// Backend URL, as `--backend` (comma-separated URLs for several servers), or a list of
+    /// URLs.
+    pub backend: Option<BackendSetting>,
     /// Most client connections served at once.
     pub max_connections: Option<usize>,
     /// Worker threads.
@@ -98,6 +100,34 @@ pub struct FileConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// The event-stream groups' table, as `--stream-groups-table`.
     pub stream_groups_table: Option<String>,
+}
+
+/// `backend` in the file: one string (URLs comma-separated, as `--backend`) or a list of URLs.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum BackendSetting {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl BackendSetting {
+    fn urls(self) -> Vec<String> {
+        match self {
+            BackendSetting::One(s) => split_urls(&s),
+            BackendSetting::Several(list) => list.iter().flat_map(|s| split_urls(s)).collect(),
+        }
+    }
+}
+
+/// The URLs of a `--backend` value: comma-separated, blanks around them ignored. (A comma in a
+/// password is written `%2C`, as any reserved character of a URL.)
+fn split_urls(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// One user of the proxy. Give `password`, or `password_hash` (the `*HEX` form of
@@ -302,7 +332,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// A Unix socket to accept clients on as well.
     pub listen_socket: Option<PathBuf>,
+    /// The first of `backends`: where the proxy goes while it knows nothing else.
     pub backend: BackendTarget,
+    /// Every server named by `--backend`, in order (`crate::cluster` picks the writable one).
+    pub backends: Vec<BackendTarget>,
     pub max_connections: usize,
     /// Worker threads of the async runtime.
     pub threads: usize,
@@ -339,7 +372,7 @@ pub enum ConfigError {
 /// latency at one connection and relayed 10 % more at 32; while other work kept the CPUs busy,
 /// one worker added less latency (fewer cross-thread wake-ups per request). So the default is
 /// the throughput one, and `--threads` is there for latency-sensitive deployments on busy
-/// machines (docs/BENCHMARKS.md).
+/// machines (docs/benchmarks-history.md, first round).
 fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
@@ -361,11 +394,28 @@ impl Config {
             .listen
             .or(file.listen)
             .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("the default address parses"));
-        let backend_url = cli
-            .backend
-            .or(file.backend)
-            .unwrap_or_else(|| DEFAULT_BACKEND.into());
-        let backend = BackendTarget::parse(&backend_url)?;
+        let urls = match cli.backend {
+            Some(value) => split_urls(&value),
+            None => file.backend.map(BackendSetting::urls).unwrap_or_default(),
+        };
+        let urls = if urls.is_empty() {
+            vec![DEFAULT_BACKEND.to_owned()]
+        } else {
+            urls
+        };
+        let backends = urls
+            .iter()
+            .map(|url| BackendTarget::parse(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (i, b) in backends.iter().enumerate() {
+            if backends[..i].iter().any(|a| a.address() == b.address()) {
+                return Err(ConfigError::BackendUrl(format!(
+                    "{} is named twice in the backend list; name each server once",
+                    b.address()
+                )));
+            }
+        }
+        let backend = backends[0].clone();
         let users = file
             .users
             .into_iter()
@@ -431,6 +481,7 @@ impl Config {
             listen,
             listen_socket,
             backend,
+            backends,
             max_connections,
             threads,
             backend_connect_timeout: seconds(
@@ -527,6 +578,43 @@ mod tests {
         assert_eq!(c.backend.port, 3306);
         assert_eq!(c.backend.user, "root");
         assert_eq!(c.backend.database.as_deref(), Some("test"));
+    }
+
+    #[test]
+    fn several_backends_from_the_flag_and_the_file() {
+        let c = Config::merge(
+            cli(&["--backend", "mysql://a@n1:3306/db, mysql://a@n2:3307/db,"]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        let addresses: Vec<_> = c.backends.iter().map(|b| b.address()).collect();
+        assert_eq!(addresses, ["n1:3306", "n2:3307"]);
+        assert_eq!(c.backend.address(), "n1:3306");
+        // The file: a list, or one string with commas; the flag wins over the file.
+        for text in [
+            "backend = [\"mysql://a@n1/db\", \"mysql://a@n2/db\", \"mysql://a@n3/db\"]",
+            "backend = \"mysql://a@n1/db,mysql://a@n2/db,mysql://a@n3/db\"",
+        ] {
+            let f: FileConfig = toml::from_str(text).unwrap();
+            let c = Config::merge(cli(&[]), f).unwrap();
+            assert_eq!(c.backends.len(), 3, "{text}");
+            let f: FileConfig = toml::from_str(text).unwrap();
+            let c = Config::merge(cli(&["--backend", "mysql://a@x/db"]), f).unwrap();
+            assert_eq!(c.backends.len(), 1, "{text}");
+        }
+        // One server named twice is a mistake, said as such.
+        let err = Config::merge(
+            cli(&["--backend", "mysql://a@n1/db,mysql://b@n1:3306/db"]),
+            FileConfig::default(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("named twice"), "{err}");
+        // One bad URL in the list is an error, not skipped.
+        assert!(Config::merge(
+            cli(&["--backend", "mysql://a@n1/db,postgres://n2/db"]),
+            FileConfig::default()
+        )
+        .is_err());
     }
 
     #[test]

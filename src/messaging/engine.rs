@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use mysql_async::Pool;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -17,7 +16,8 @@ use super::manager::TableManager;
 use super::reload::{Lane, ReadTickets, ReloadError, Scope};
 use super::repeated_failure::RepeatedFailure;
 use super::table::MessageTable;
-use crate::config::BackendTarget;
+use crate::cluster::{Backends, SharedPool};
+use crate::sql::{contains_ignore_ascii_case, is_bare_identifier, names_identifier};
 
 /// How often the registry is reloaded to pick up DDL made around the proxy.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -50,7 +50,8 @@ enum Entry {
 }
 
 pub struct Engine {
-    pool: Pool,
+    /// Follows the backend in use (`crate::cluster`).
+    pool: SharedPool,
     tables: RwLock<HashMap<TableKey, Entry>>,
     shutdown: CancellationToken,
     /// Reads of named tables (after DDL), merged (see `reload`).
@@ -72,19 +73,23 @@ pub struct Engine {
 impl Engine {
     /// Creates the engine and loads the message tables; a backend that cannot be reached now is
     /// retried by the periodic reload.
-    pub async fn start(backend: &BackendTarget, shutdown: CancellationToken) -> Arc<Engine> {
-        // Keep a couple of connections open: with a minimum of 0 mysql_async closes every
-        // returned connection, and each poll or purge would pay a new login.
-        let constraints = mysql_async::PoolConstraints::new(2, 16).unwrap_or_default();
-        // Polls and purges name `timestamp` ids by instant; at UTC every instant has a local
-        // time of its own (in a zone with daylight saving, one hour a year repeats, and its
-        // second instants could not be named: acked rows there would never be purged).
-        let opts = backend
-            .mysql_async_opts()
-            .setup(vec!["SET time_zone = '+00:00'"])
-            .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
+    pub async fn start(backends: &Arc<Backends>, shutdown: CancellationToken) -> Arc<Engine> {
+        let make = |backend: &crate::config::BackendTarget| {
+            // Keep a couple of connections open: with a minimum of 0 mysql_async closes every
+            // returned connection, and each poll or purge would pay a new login.
+            let constraints = mysql_async::PoolConstraints::new(2, 16).unwrap_or_default();
+            // Polls and purges name `timestamp` ids by instant; at UTC every instant has a
+            // local time of its own (in a zone with daylight saving, one hour a year repeats,
+            // and its second instants could not be named: acked rows there would never be
+            // purged).
+            let opts = backend
+                .mysql_async_opts()
+                .setup(vec!["SET time_zone = '+00:00'"])
+                .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
+            mysql_async::Pool::new(opts)
+        };
         let engine = Arc::new(Engine {
-            pool: Pool::new(opts),
+            pool: SharedPool::new(backends, Box::new(make), shutdown.clone()),
             tables: RwLock::new(HashMap::new()),
             shutdown,
             named_lane: Lane::default(),
@@ -140,7 +145,7 @@ impl Engine {
 
     /// The engine's connection pool (the proxy's own backend user), for the few questions the
     /// sessions must ask of the server on another connection (`frontend::backend_sessions`).
-    pub fn pool(&self) -> Pool {
+    pub fn pool(&self) -> SharedPool {
         self.pool.clone()
     }
 
@@ -191,15 +196,6 @@ impl Engine {
         all
     }
 
-    /// Whether any message table is loaded (lets sessions skip all message work when none is).
-    pub fn has_tables(&self) -> bool {
-        !self
-            .tables
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-    }
-
     /// Every loaded table's manager (the binlog watcher asks them all to poll after a gap).
     pub fn managers(&self) -> Vec<Arc<TableManager>> {
         let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
@@ -234,11 +230,8 @@ impl Engine {
     pub fn names_a_table(&self, sql: &[u8]) -> bool {
         let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
         tables.keys().any(|(_, name)| {
-            let bare = name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80);
-            if bare {
-                crate::binlog::statement::names_identifier(sql, name.as_bytes())
+            if is_bare_identifier(name.as_bytes()) {
+                names_identifier(sql, name.as_bytes())
             } else {
                 contains_ignore_ascii_case(sql, name.as_bytes())
                     || contains_ignore_ascii_case(sql, name.replace('`', "``").as_bytes())
@@ -440,11 +433,4 @@ fn describe(scope: &Scope) -> String {
             names.join(", ")
         }
     }
-}
-
-fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty()
-        && haystack
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
 }

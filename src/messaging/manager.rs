@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use mysql_async::{Pool, Value};
+use mysql_async::Value;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -51,7 +51,7 @@ pub struct TableManager {
     /// subscribers keep getting batches from the cache while the table is read.
     polling: AtomicBool,
     purging: AtomicBool,
-    pool: Pool,
+    pool: crate::cluster::SharedPool,
     stop: CancellationToken,
     next_subscriber_id: AtomicU64,
     /// The engine's: whether the binlog watcher follows the binlog, so that every ack reaches
@@ -196,7 +196,7 @@ impl Subscription {
 impl TableManager {
     pub fn start(
         definition: MessageTable,
-        pool: Pool,
+        pool: crate::cluster::SharedPool,
         stop: CancellationToken,
         binlog_following: Arc<AtomicBool>,
     ) -> Arc<TableManager> {

@@ -802,6 +802,16 @@ async fn rollback_after(backend: &mut Backend, deprecate_eof: bool, err: BytesMu
         // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION (the session is READ ONLY) and
         // ER_OPTION_PREVENTS_STATEMENT (the server is `read_only`): this session cannot claim.
         Some(1054 | 1146 | 1049 | 1142 | 1792 | 1290) => BatchError::Fatal(err),
+        // ER_LOCK_DEADLOCK: on Galera, also a claim that lost certification to another node's
+        // claim or ack of the same rows (both locked them, each on its own node: SKIP LOCKED
+        // is local). The COMMIT failed, so nothing was claimed and nothing is sent; with two
+        // proxies on two nodes this is ordinary, not worth a warning.
+        Some(1213) => {
+            debug!(
+                "claim lost a write conflict (deadlock or Galera certification); nothing was sent"
+            );
+            BatchError::Transient
+        }
         _ => {
             if let Some(e) = parsed {
                 warn!("claim failed, the batch will be retried: {e}");

@@ -343,7 +343,7 @@ pub(crate) async fn throughput_run(
         (get(&status1) - get(&status0)) / secs
     };
     // What the durable commits cost the disk, per row the producers inserted: where the server
-    // is short of fsyncs rather than CPU, these say why (BENCHMARKS.md, fourth round).
+    // is short of fsyncs rather than CPU, these say why (docs/benchmarks-history.md, fourth round).
     let inserted_per_sec = ((ins1 - ins0) as f64 / secs).max(1.0);
     let cpu = format!(
         "{cpu}; server per second: {:.0} SELECT, {:.0} UPDATE, {:.0} INSERT, {:.0} COMMIT, {:.0} rows read, {:.1} new connections, {:.0} transactions in {:.0} group commits, {:.0} InnoDB fsyncs; per row inserted: {:.0} B of binlog, {:.0} B of redo log",
