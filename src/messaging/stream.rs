@@ -184,6 +184,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         return StreamEnd::Closed;
     }
     let mut next_find = tokio::time::Instant::now();
+    // Finds so far, to make every `poll::THOROUGH_EVERY`th one thorough (as the poller's polls).
+    let mut finds: u64 = 0;
     let mut last_find = next_find;
     let mut keepalive = tokio::time::interval(keepalive_every);
     keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -260,7 +262,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let interval = current.options.poller_interval;
                 next_find = last_find + interval;
                 let limit = current.options.batch_size.min(room);
-                let batch = match filter::find(backend, deprecate_eof, &current, condition, limit).await {
+                finds += 1;
+                let thorough = finds.is_multiple_of(super::poll::THOROUGH_EVERY);
+                let batch = match filter::find(backend, deprecate_eof, &current, condition, limit, thorough).await {
                     Ok(batch) => batch,
                     Err(BatchError::Transient) => continue,
                     Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),

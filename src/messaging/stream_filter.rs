@@ -56,37 +56,18 @@ pub(super) async fn due_or_time(watch: Option<&mut DueWatch>, at: tokio::time::I
 
 /// The due, unacked rows matching `condition`, in sending order, at most `limit` (`vt_batch_size`,
 /// or less under `vt_max_unacked`): a plain read (no locks: the claim locks what it takes,
-/// skipping what others hold).
+/// skipping what others hold). `thorough` as the poller's (see `poll`): this find also looks for
+/// sent rows whose `time_next` was set to NULL.
 pub(super) async fn find(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
     condition: &str,
     limit: usize,
+    thorough: bool,
 ) -> Result<Batch, BatchError> {
-    let now = state::now_ns();
-    let priority = if def.has_priority {
-        "COALESCE(`priority`, 0)"
-    } else {
-        "0"
-    };
-    let sql = format!(
-        "SELECT {key}, {priority}, COALESCE(`time_next`, 0) FROM {table} WHERE {ready}{cond} \
-         ORDER BY 2, 3, {id} LIMIT {limit}",
-        id = super::super::table::quote_ident(def.id_column()),
-        key = def.key_sql(),
-        table = def.qualified(),
-        ready = state::ready_sql(now),
-        cond = and_condition(condition),
-    );
-    // FIFO groups (§11): only heads.
-    let sql = sql.replace(
-        " ORDER BY 2, 3",
-        &format!(
-            "{} ORDER BY 2, 3",
-            super::super::groups::and_head(def, &def.qualified())
-        ),
-    );
+    let queries = find_sql(def, condition, limit, state::now_ns(), thorough);
+    let statements: Vec<&str> = queries.iter().map(String::as_str).collect();
     let mut batch: Batch = Vec::new();
     let mut keep = |row: BytesMut| {
         let Some(values) = wire::text_row_values(&row) else {
@@ -106,26 +87,93 @@ pub(super) async fn find(
         }
     };
     backend
-        .send_queries(&[&sql])
+        .send_queries(&statements)
         .await
         .map_err(BatchError::Backend)?;
-    let outcome = backend
-        .read_outcome_with(deprecate_eof, limit, &mut keep)
-        .await
-        .map_err(BatchError::Backend)?;
-    match outcome {
-        QueryOutcome::ResultSet { status, .. } => {
-            // With autocommit off that read began a transaction: end it, or it would hold the
-            // table's metadata lock while the stream waits (see `serve`).
-            if status & StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0 {
-                backend
-                    .query(ROLLBACK, deprecate_eof)
-                    .await
-                    .map_err(BatchError::Backend)?;
-            }
-            Ok(batch)
-        }
-        QueryOutcome::Err(err) => Err(rollback_after(backend, deprecate_eof, err).await),
-        QueryOutcome::Ok { .. } => Err(BatchError::Backend(BackendError::Protocol)),
+    // Every answer is read before any is looked at, so the connection stays in step whatever
+    // failed.
+    let mut outcomes = Vec::with_capacity(statements.len());
+    for _ in &statements {
+        outcomes.push(
+            backend
+                .read_outcome_with(deprecate_eof, limit, &mut keep)
+                .await
+                .map_err(BatchError::Backend)?,
+        );
     }
+    let mut in_trans = false;
+    for outcome in outcomes {
+        match outcome {
+            QueryOutcome::ResultSet { status, .. } => {
+                in_trans = status & StatusFlags::SERVER_STATUS_IN_TRANS.bits() != 0;
+            }
+            QueryOutcome::Err(err) => return Err(rollback_after(backend, deprecate_eof, err).await),
+            QueryOutcome::Ok { .. } => return Err(BatchError::Backend(BackendError::Protocol)),
+        }
+    }
+    // With autocommit off that read began a transaction: end it, or it would hold the table's
+    // metadata lock while the stream waits (see `serve`).
+    if in_trans {
+        backend
+            .query(ROLLBACK, deprecate_eof)
+            .await
+            .map_err(BatchError::Backend)?;
+    }
+    // The parts, merged in sending order (the NULL part's rows count as `time_next` 0).
+    batch.sort_by_key(|e| (e.priority, e.time_next));
+    batch.truncate(limit);
+    Ok(batch)
+}
+
+/// The statements of one find. Without `priority` and FIFO groups they are the poller's two parts
+/// (see `poll`) with the condition added: rows never scheduled (`time_next` NULL; with an index
+/// `(time_next, epoch)`, as "never sent" unless `thorough`), and rows with `time_next <= now` in
+/// `time_next` order — a range and an order the server can read from an index starting with
+/// `time_next` and stop at `limit`, or, for a selective condition, from the condition's own index.
+/// No index is forced: the server chooses. Measured with `ANALYZE FORMAT=JSON` on MariaDB 10.11,
+/// 100,000 due rows and 100,000 acked: a condition every row matches read 100 rows in 2 ms through
+/// `time_next`'s index (the single query with `COALESCE` in its order took 540 ms, through
+/// `time_acked`'s index and a sort of every due row); one matching no row took 0.03 ms through
+/// its own index (forcing `time_next`'s took 306 ms). With `priority` or FIFO groups, one query
+/// over the due rows in sending order, which the server may have to sort.
+fn find_sql(
+    def: &MessageTable,
+    condition: &str,
+    limit: usize,
+    now: i64,
+    thorough: bool,
+) -> Vec<String> {
+    let key = def.key_sql();
+    let table = def.qualified();
+    let cond = and_condition(condition);
+    let unacked = state::UNACKED_SQL;
+    if !def.has_priority && def.group_column.is_none() {
+        let never_sent = match &def.next_index {
+            Some(index) if index.then_epoch && !thorough => " AND (`epoch` IS NULL OR `epoch` = 0)",
+            _ => "",
+        };
+        return vec![
+            format!(
+                "SELECT {key}, 0, 0 FROM {table} WHERE `time_next` IS NULL{never_sent} AND \
+                 {unacked}{cond} LIMIT {limit}"
+            ),
+            format!(
+                "SELECT {key}, 0, `time_next` FROM {table} WHERE `time_next` <= {now} AND \
+                 {unacked}{cond} ORDER BY `time_next` LIMIT {limit}"
+            ),
+        ];
+    }
+    let priority = if def.has_priority {
+        "COALESCE(`priority`, 0)"
+    } else {
+        "0"
+    };
+    vec![format!(
+        "SELECT {key}, {priority}, COALESCE(`time_next`, 0) FROM {table} WHERE {ready}{cond}{head} \
+         ORDER BY 2, 3, {id} LIMIT {limit}",
+        id = super::super::table::quote_ident(def.id_column()),
+        ready = state::ready_sql(now),
+        // FIFO groups (§11): only heads.
+        head = super::super::groups::and_head(def, &table),
+    )]
 }
