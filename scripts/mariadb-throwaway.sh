@@ -148,7 +148,7 @@ wait_until_up() {
 }
 
 # The backend URL for msgproxy: through the server's Unix socket, which costs the kernel less per round
-# trip than loopback TCP (README, "Flags"); the host and port name the same server for the logs.
+# trip than loopback TCP (docs/guide/configuration.md); the host and port name the same server for the logs.
 print_url() {
     printf 'mysql://root@127.0.0.1:%s/test?socket=%s\n' "$1" "$socket"
 }

@@ -43,8 +43,8 @@ step tests cargo test --workspace "$@"
 step bench-smoke cargo run --quiet --bin msgproxy-bench -- --smoke
 # A minute of messaging under injected faults (proxy and server kills and restarts, dropped connections),
 # then the checks: every committed message delivered, never twice within one ack window, every ack kept.
-# About 75 s; a failure prints the violations and keeps the logs. Longer runs: README, "Checking msgproxy
-# under faults".
+# About 75 s; a failure prints the violations and keeps the logs. Longer runs:
+# docs/CHECKING.md.
 step chaos-check cargo run --quiet --bin msgproxy-check -- --duration 60s
 # The Go driver's and mysqlclient's own test suites, msgproxy's checks with PyMySQL, node's mysql2 and
 # Connector/J (scripts/driver-suites/clients/CHECKS.md), and MariaDB's own regression tests (mysql-test-run

@@ -372,7 +372,7 @@ pub enum ConfigError {
 /// latency at one connection and relayed 10 % more at 32; while other work kept the CPUs busy,
 /// one worker added less latency (fewer cross-thread wake-ups per request). So the default is
 /// the throughput one, and `--threads` is there for latency-sensitive deployments on busy
-/// machines (docs/BENCHMARKS.md).
+/// machines (docs/benchmarks-history.md, first round).
 fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())

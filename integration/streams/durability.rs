@@ -409,3 +409,35 @@ async fn a_proxy_stopped_with_sigterm_hands_its_group_over_at_once() {
     a.close();
     b.close();
 }
+
+/// A group whose streams all went to another proxy (consumers that reconnect through a load
+/// balancer do this) is handed over within a few seconds: the serving proxy, left without
+/// streams and with nothing in flight, gives the group up soon (it used to keep it, and its
+/// lease, for 30 s while the other proxy's streams got nothing).
+#[tokio::test]
+async fn a_group_whose_streams_all_moved_to_another_proxy_is_handed_over_soon() {
+    let env = Env::new("evs_moved").await;
+    env.ddl(&orders_events(",ack_wait=60")).await;
+    let other = env.second_proxy();
+    let mut a = stream(&env, "* FROM orders_events GROUP 'g'").await;
+    let mut b = stream_on(&env, other.port(), "* FROM orders_events GROUP 'g'").await;
+    let first = insert_direct(&env, 6, 6, "a").await;
+    let got = a.recv_n(6, secs(20)).await;
+    assert_eq!(row_ids(&got), first);
+    b.expect_quiet(secs(1), "the group is served by the first proxy")
+        .await;
+    ack_all(&env, env.proxy.port(), "g", &got[..2]).await;
+    // The first proxy's only stream goes; the proxy itself stays up.
+    a.close();
+    let started = std::time::Instant::now();
+    let taken = b.recv_n(4, secs(10)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let rows: BTreeSet<i64> = row_ids(&taken).into_iter().collect();
+    let expected: BTreeSet<i64> = first[2..].iter().copied().collect();
+    assert_eq!(rows, expected, "the unacked events, not the acked");
+    b.close();
+}

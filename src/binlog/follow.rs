@@ -255,6 +255,7 @@ impl<T: TableHandle> Follower<T> {
         std::mem::take(&mut self.moved).then(|| self.position())
     }
 
+    #[cfg(test)]
     /// Whether a transaction is being read (its changes are not applied yet).
     pub fn in_transaction(&self) -> bool {
         self.tx.state != TxState::Idle

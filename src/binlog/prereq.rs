@@ -103,7 +103,7 @@ pub fn summary(missing: &[Missing], grantee: &str) -> String {
     format!(
         "binlog: not following the backend's binlog, running in poll mode (rows written around \
          this proxy reach streams at each table's vt_poller_interval; writes through this proxy \
-         stay prompt): {}. See README, \"Binlog\"",
+         stay prompt): {}. See docs/guide/operating.md, \"Binlog\"",
         problems.join("; ")
     )
 }

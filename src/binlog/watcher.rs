@@ -104,11 +104,6 @@ impl BinlogWatcher {
         }
     }
 
-    /// The watcher's state now.
-    pub fn status(&self) -> BinlogStatus {
-        self.status.borrow().clone()
-    }
-
     /// A receiver that sees every change of the status.
     pub fn subscribe(&self) -> watch::Receiver<BinlogStatus> {
         self.status.clone()

@@ -70,10 +70,6 @@ impl Checker {
         Checker { target, conn: None }
     }
 
-    pub fn target(&self) -> &BackendTarget {
-        &self.target
-    }
-
     /// Asks the server; any failure (unreachable, timed out, an error) is an unusable answer.
     pub async fn check(&mut self) -> Health {
         match tokio::time::timeout(CHECK_TIMEOUT, self.ask()).await {

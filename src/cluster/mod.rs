@@ -80,11 +80,6 @@ impl Backends {
         })
     }
 
-    /// A single server (set-ups and tests with one backend).
-    pub fn single(target: BackendTarget) -> Arc<Backends> {
-        Backends::new(vec![target])
-    }
-
     /// The server to connect to now.
     pub fn current(&self) -> BackendTarget {
         self.current.borrow().target.clone()

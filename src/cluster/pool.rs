@@ -62,13 +62,6 @@ impl SharedPool {
         shared
     }
 
-    /// A pool of one server that never switches (tests, tools).
-    pub fn fixed(pool: Pool) -> SharedPool {
-        SharedPool {
-            inner: Arc::new(RwLock::new((pool, 0))),
-        }
-    }
-
     /// The pool in use now.
     pub fn current(&self) -> Pool {
         self.inner

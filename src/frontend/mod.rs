@@ -30,8 +30,6 @@ use crate::config::{Config, Secret, User};
 use crate::protocol::commands::ER_CON_COUNT_ERROR;
 use crate::protocol::wire::ErrorPacket;
 
-pub use login::VERSION_SUFFIX;
-
 /// What every session shares.
 pub struct Context {
     pub config: Config,
@@ -66,17 +64,11 @@ impl Context {
         shutdown: CancellationToken,
         engine: Option<Arc<crate::messaging::engine::Engine>>,
     ) -> Result<Context, tls::TlsSetupError> {
-        let backends = crate::cluster::Backends::new(config.backends.clone());
-        Context::with_backends(config, shutdown, engine, backends)
-    }
-
-    /// As [`Context::new`], with the servers the engine already follows.
-    pub fn with_backends(
-        config: Config,
-        shutdown: CancellationToken,
-        engine: Option<Arc<crate::messaging::engine::Engine>>,
-        backends: Arc<crate::cluster::Backends>,
-    ) -> Result<Context, tls::TlsSetupError> {
+        // The sessions go where the engine goes (`crate::cluster`).
+        let backends = match &engine {
+            Some(engine) => engine.backends(),
+            None => crate::cluster::Backends::new(config.backends.clone()),
+        };
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         let socket_literal = crate::sql::socket_literal(config.listen_socket.as_deref());
         let refusals =

@@ -51,6 +51,8 @@ enum Entry {
 pub struct Engine {
     /// Follows the backend in use (`crate::cluster`).
     pool: SharedPool,
+    /// The configured servers and the one in use: the sessions follow the same choice.
+    backends: Arc<Backends>,
     tables: RwLock<HashMap<TableKey, Entry>>,
     shutdown: CancellationToken,
     /// Reads of named tables (after DDL), merged (see `reload`).
@@ -89,6 +91,7 @@ impl Engine {
         };
         let engine = Arc::new(Engine {
             pool: SharedPool::new(backends, Box::new(make), shutdown.clone()),
+            backends: backends.clone(),
             tables: RwLock::new(HashMap::new()),
             shutdown,
             named_lane: Lane::default(),
@@ -148,6 +151,11 @@ impl Engine {
         self.pool.clone()
     }
 
+    /// The servers the engine follows (`crate::cluster`).
+    pub fn backends(&self) -> Arc<Backends> {
+        self.backends.clone()
+    }
+
     /// Set by the binlog watcher whenever its mode changes. When it starts following, the
     /// catalog is read once more: DDL made before its start position is not in what it reads.
     pub fn set_binlog_following(self: &Arc<Self>, following: bool) {
@@ -193,15 +201,6 @@ impl Engine {
         drop(tables);
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
-    }
-
-    /// Whether any message table is loaded (lets sessions skip all message work when none is).
-    pub fn has_tables(&self) -> bool {
-        !self
-            .tables
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
     }
 
     /// Every loaded table's manager (the binlog watcher asks them all to poll after a gap).

@@ -81,20 +81,49 @@ pub struct TableManager {
 /// rows match); it is told when rows may have become due, and finds and claims matching ones
 /// itself, on its own connection (so the condition runs with its session's privileges).
 pub struct DueWatch {
+    /// Its id among the table's streams (the subscribers' ids), for `vt_max_unacked`.
+    id: u64,
     manager: Arc<TableManager>,
-    /// Changes when rows may have become due.
+    /// Changes when rows may have become due, or when messages streams held stop counting
+    /// against `vt_max_unacked` (acked, deleted, their ack wait passed).
     pub due: watch::Receiver<u64>,
 }
 
 impl Drop for DueWatch {
     fn drop(&mut self) {
         self.manager.watchers.fetch_sub(1, Ordering::AcqRel);
+        // What it held waits for its ack wait like any sent message, counted for no one.
+        self.manager.lock().unacked.forget(self.id);
     }
 }
 
 impl DueWatch {
     pub fn manager(&self) -> &Arc<TableManager> {
         &self.manager
+    }
+
+    /// How many more messages this stream may be sent now: `vt_max_unacked` less what it holds
+    /// (`usize::MAX` while there is no limit).
+    pub fn room(&self) -> usize {
+        let Some(max) = self.manager.unacked_limit() else {
+            return usize::MAX;
+        };
+        let mut state = self.manager.lock();
+        state.unacked.expire(state::now_ns());
+        max.saturating_sub(state.unacked.held_by(self.id))
+    }
+
+    /// This stream claimed `sent` (the claim is committed; entries with their new `time_next`):
+    /// under `vt_max_unacked` they count as held by it until their ack or ack wait, as for a
+    /// stream the manager feeds.
+    pub fn claimed(&self, sent: &[Entry]) {
+        if self.manager.unacked_limit().is_none() {
+            return;
+        }
+        let mut state = self.manager.lock();
+        for e in sent {
+            state.unacked.record(self.id, e.key.clone(), e.time_next);
+        }
     }
 }
 
@@ -295,6 +324,7 @@ impl TableManager {
             self.definition().options.poller_interval,
         ));
         let mut st = self.lock();
+        let held = st.unacked.total();
         st.note_change(now, LateChange::Changed(row.clone()));
         // A held message (`vt_max_unacked`) given back (`NACK`, or an UPDATE of `time_next` to
         // a moment passed) no longer counts; one kept longer (`EXTEND`) counts until its new
@@ -319,11 +349,12 @@ impl TableManager {
                 st.cache.remove(&key);
             }
         }
+        let released = st.unacked.total() < held;
         drop(st);
         if fifo && (due || done) {
             self.request_poll();
         }
-        if due {
+        if due || released {
             self.signal_due();
         }
         self.kick.notify_one();
@@ -334,13 +365,18 @@ impl TableManager {
         let mut st = self.lock();
         st.note_change(state::now_ns(), LateChange::Deleted(key.into()));
         st.skipped.remove(key);
+        let held = st.unacked.total();
         st.unacked.release(key);
+        let released = st.unacked.total() < held;
         if st.in_flight.contains(key) {
             st.changed_in_flight.insert(key.into(), None);
         }
         st.cache.remove(key);
         st.schedule.remove(key);
         drop(st);
+        if released {
+            self.signal_due();
+        }
         // FIFO groups (§11): the next message of its group may be the head now.
         if self.definition().group_column.is_some() {
             self.request_poll();
@@ -352,12 +388,14 @@ impl TableManager {
         self.watchers.fetch_add(1, Ordering::AcqRel);
         self.request_poll();
         DueWatch {
+            id: self.next_subscriber_id.fetch_add(1, Ordering::Relaxed),
             manager: self.clone(),
             due: self.due_signal.subscribe(),
         }
     }
 
-    /// Tells the [`DueWatch`]es that rows may have become due.
+    /// Tells the [`DueWatch`]es that rows may have become due, or that a stream at its
+    /// `vt_max_unacked` may have room again.
     fn signal_due(&self) {
         if self.watchers.load(Ordering::Acquire) > 0 {
             self.due_signal.send_modify(|n| *n = n.wrapping_add(1));
@@ -632,8 +670,9 @@ impl TableManager {
                 state.cache.insert(e);
             }
         }
+        let held = state.unacked.total();
         state.unacked.expire(now);
-        if !state.cache.is_empty() {
+        if !state.cache.is_empty() || state.unacked.total() < held {
             self.signal_due();
         }
         let unacked = &state.unacked;
@@ -755,8 +794,14 @@ impl TableManager {
             Ok(unacked) => {
                 let unacked: HashSet<&[u8]> = unacked.iter().map(|k| &k[..]).collect();
                 let mut state = self.lock();
+                let before = state.unacked.total();
                 for key in held.iter().filter(|k| !unacked.contains(&k[..])) {
                     state.unacked.release(key);
+                }
+                let released = state.unacked.total() < before;
+                drop(state);
+                if released {
+                    self.signal_due();
                 }
             }
             Err(e) => debug!("{}: checking held messages for acks: {e}", def.qualified()),

@@ -244,6 +244,13 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
                     return end_with(client, seq, &err.encode(true)).await;
                 }
+                // `vt_max_unacked`: a stream holding that many finds nothing until an ack (or a
+                // passing ack wait) makes room, which the watch signals.
+                let room = watch.room();
+                if room == 0 {
+                    next_find = tokio::time::Instant::now() + watch.manager().definition().options.poller_interval;
+                    continue;
+                }
                 // Not more often than every FIND_GAP: under a storm of changes one query
                 // serves many.
                 tokio::time::sleep_until(last_find + filter::FIND_GAP).await;
@@ -252,7 +259,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 current.stream_columns = def.stream_columns.clone();
                 let interval = current.options.poller_interval;
                 next_find = last_find + interval;
-                let batch = match filter::find(backend, deprecate_eof, &current, condition).await {
+                let limit = current.options.batch_size.min(room);
+                let batch = match filter::find(backend, deprecate_eof, &current, condition, limit).await {
                     Ok(batch) => batch,
                     Err(BatchError::Transient) => continue,
                     Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),
@@ -262,16 +270,18 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     continue;
                 }
                 let claimed = claim_batch(backend, deprecate_eof, &current, &columns, &batch, &mut seq, Some(condition)).await;
-                let ClaimedBatch { packets: rows, delivered, dead, .. } = match claimed {
+                let ClaimedBatch { packets: rows, sent, delivered, dead, .. } = match claimed {
                     Ok(claimed) => claimed,
                     Err(BatchError::Transient) => continue,
                     Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),
                     Err(BatchError::Fatal(err)) => return end_with(client, seq, &err).await,
                 };
+                // Held from the commit on, however long the write takes (as `batch_claimed`).
+                watch.claimed(&sent);
                 let stats = watch.manager().stats();
                 stats.record_claim();
                 stats.record_dead(dead.len() as u64);
-                if batch.len() >= current.options.batch_size {
+                if batch.len() >= limit {
                     // A full batch: more may match now.
                     next_find = tokio::time::Instant::now();
                 }
