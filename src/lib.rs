@@ -18,3 +18,7 @@ mod messaging;
 mod metrics;
 mod relay;
 mod streams;
+
+/// The first page of the FIFO poller's walk of a table's groups, as msgproxy runs it
+/// (src/messaging/groups.rs): msgproxy-bench times this very query on a large backlog.
+pub use messaging::groups::walk_page_sql as fifo_poller_page_sql;

@@ -160,6 +160,56 @@ impl Env {
         }
     }
 
+    /// What the proxy says about `table` in `SHOW MESSAGE TABLES` (through `proxy`): the
+    /// counters a test waits on instead of sleeping (a stream the proxy has noticed is gone,
+    /// rows it has seen and cached). `None` while the table is not listed.
+    pub async fn table_counts_on(&self, proxy: &Proxy, table: &str) -> Option<TableCounts> {
+        let mut c = connect(proxy.port(), &self.db).await;
+        let rows: Vec<Row> = c
+            .query("SHOW MESSAGE TABLES")
+            .await
+            .unwrap_or_else(|e| panic!("SHOW MESSAGE TABLES: {e}"));
+        let _ = c.disconnect().await;
+        let count = |row: &Row, column: &str| row.get::<Option<u64>, _>(column).flatten();
+        rows.iter()
+            .find(|r| {
+                r.get::<String, _>("Schema").as_deref() == Some(self.db.as_str())
+                    && r.get::<String, _>("Name").as_deref() == Some(table)
+            })
+            .map(|r| TableCounts {
+                subscribers: count(r, "Subscribers").unwrap_or(0),
+                cached: count(r, "Cached").unwrap_or(0),
+                in_flight: count(r, "In_flight").unwrap_or(0),
+            })
+    }
+
+    /// Waits up to 20 s until `SHOW MESSAGE TABLES` on this env's proxy shows `table` with
+    /// counts for which `done` holds; panics with `what`, the last counts and the log if not.
+    pub async fn wait_counts(&self, table: &str, what: &str, done: impl Fn(&TableCounts) -> bool) {
+        self.wait_counts_on(&self.proxy, table, what, done).await
+    }
+
+    /// [`Env::wait_counts`] through `proxy`.
+    pub async fn wait_counts_on(
+        &self,
+        proxy: &Proxy,
+        table: &str,
+        what: &str,
+        done: impl Fn(&TableCounts) -> bool,
+    ) {
+        let mut last = None;
+        let reached = crate::support::eventually(20, async || {
+            last = self.table_counts_on(proxy, table).await;
+            last.as_ref().is_some_and(&done)
+        })
+        .await;
+        assert!(
+            reached,
+            "{what}: not within 20 s (last SHOW MESSAGE TABLES counts of {table}: {last:?})\n{}",
+            log_tail(proxy)
+        );
+    }
+
     /// The state columns of every row of `table`, straight from the server, by id.
     pub async fn states(&self, table: &str) -> BTreeMap<i64, RowState> {
         let mut c = self.direct_conn().await;
@@ -226,11 +276,18 @@ impl Env {
 /// `Proxy::start`, checked: under heavy parallelism another process can take the free port
 /// between the harness picking it and the proxy binding it; the harness then sees *that*
 /// process accept connections and returns a proxy that has already exited ("cannot listen ...
-/// Address already in use"). Retry in that case.
+/// Address already in use"). Retry in that case: the proxy says it listens, or exits.
 fn start_proxy(backend_url: &str, args: &[&str]) -> Proxy {
     for _ in 0..3 {
         let proxy = Proxy::start(backend_url, args, None);
-        std::thread::sleep(Duration::from_millis(150));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while proxy.is_alive()
+            && !proxy.log().contains("msgproxy listening on")
+            && Instant::now() < deadline
+        {
+            // How often to look, not a wait for something to happen.
+            std::thread::sleep(Duration::from_millis(20));
+        }
         if proxy.is_alive() {
             return proxy;
         }
@@ -275,6 +332,18 @@ pub async fn ack(conn: &mut Conn, table: &str, ids: &[i64]) -> u64 {
     exec(conn, &sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+}
+
+/// Counters of one message table in `SHOW MESSAGE TABLES`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableCounts {
+    /// Open `STREAM`s on the table through this proxy (a closed one counts until the proxy has
+    /// noticed).
+    pub subscribers: u64,
+    /// Due messages in the proxy's cache, not yet handed to a stream.
+    pub cached: u64,
+    /// Messages handed to a stream whose claim has not finished.
+    pub in_flight: u64,
 }
 
 /// `time_next`, `epoch` and `time_acked` of one row.

@@ -41,11 +41,11 @@ use tracing::{debug, info, warn};
 use super::follow::{Ddl, Follower, Sink, TableHandle};
 use super::prereq::{self, Missing};
 use super::rows::RowChange;
-use super::statement::names_identifier;
 use super::{BinlogActivity, BinlogMode, BinlogPosition, BinlogStatus};
 use crate::messaging::engine::{Engine, Lookup};
 use crate::messaging::manager::TableManager;
 use crate::messaging::table::MessageTable;
+use crate::sql::names_identifier;
 
 /// How often the server sends a heartbeat when it has no events for us.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);

@@ -477,7 +477,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             // A query of several statements that failed may have run its DDL before the error.
             keyword
-                if keyword.is_ddl()
+                if crate::sql::is_ddl(keyword, sql)
                     && (!self.relay.failed
                         || self.multi_statements
                             && crate::sql::current_db::may_hold_several(sql)) =>

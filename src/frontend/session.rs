@@ -369,7 +369,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         self.relay_statement(&statement, ResponseKind::Results)
                             .await?
                     }
-                    None if classification.keyword.is_ddl()
+                    None if sql::is_ddl(classification.keyword, statement)
                         || classification.keyword == sql::Keyword::Update =>
                     {
                         // The engine reloads before the client sees the OK, so the table the

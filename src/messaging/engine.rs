@@ -17,6 +17,7 @@ use super::reload::{Lane, ReadTickets, ReloadError, Scope};
 use super::repeated_failure::RepeatedFailure;
 use super::table::MessageTable;
 use crate::cluster::{Backends, SharedPool};
+use crate::sql::{contains_ignore_ascii_case, is_bare_identifier, names_identifier};
 
 /// How often the registry is reloaded to pick up DDL made around the proxy.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -237,11 +238,8 @@ impl Engine {
     pub fn names_a_table(&self, sql: &[u8]) -> bool {
         let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
         tables.keys().any(|(_, name)| {
-            let bare = name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80);
-            if bare {
-                crate::binlog::statement::names_identifier(sql, name.as_bytes())
+            if is_bare_identifier(name.as_bytes()) {
+                names_identifier(sql, name.as_bytes())
             } else {
                 contains_ignore_ascii_case(sql, name.as_bytes())
                     || contains_ignore_ascii_case(sql, name.replace('`', "``").as_bytes())
@@ -443,11 +441,4 @@ fn describe(scope: &Scope) -> String {
             names.join(", ")
         }
     }
-}
-
-fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty()
-        && haystack
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
 }

@@ -113,7 +113,7 @@ async fn load(c: &mut Conn, rows: u64, per_key: u64) -> Result<(), String> {
 /// median of 5 runs, in ms.
 async fn time_page(ctx: &Ctx, c: &mut Conn) -> Result<f64, String> {
     let t = format!("`{}`.`{TABLE}`", ctx.direct.db);
-    let page = msgproxy::messaging::groups::walk_page_sql(&t, "`k`", "`id`", "h.`id`", "0", false);
+    let page = msgproxy::fifo_poller_page_sql(&t, "`k`", "`id`", "h.`id`", "0", false);
     let mut times = Vec::new();
     for _ in 0..5 {
         let t0 = Instant::now();
