@@ -40,6 +40,7 @@
 
 mod support;
 
+mod admin;
 mod auth;
 mod backend_socket;
 mod backend_tls;

@@ -7,7 +7,7 @@ use std::process::Command;
 use crate::support::{Cli, MariaDb, Proxy};
 
 /// A throwaway self-signed certificate for 127.0.0.1, made with the `openssl` command.
-fn self_signed(dir: &Path) -> (String, String) {
+pub(crate) fn self_signed(dir: &Path) -> (String, String) {
     let cert = dir.join("cert.pem");
     let key = dir.join("key.pem");
     let status = Command::new("openssl")

@@ -95,6 +95,18 @@ msgproxy_ensure_mariadb() {
     export PATH
 }
 
+# msgproxy_ensure_chromium: make sure a headless-capable chromium exists for the operator's page tests
+# (integration/admin.rs), installing Debian's `chromium` package when none is found; CHROMIUM=/path overrides.
+msgproxy_ensure_chromium() {
+    if [ -n "${CHROMIUM:-}" ] && [ -x "$CHROMIUM" ]; then
+        return 0
+    fi
+    command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+        msgproxy_apt_install chromium
+    command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+        msgproxy_die "chromium still not found after installing Debian's chromium package"
+}
+
 # msgproxy_require_cargo: make sure `cargo` runs (also picks up a rustup install not yet on PATH).
 msgproxy_require_cargo() {
     if ! command -v cargo >/dev/null 2>&1 && [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then

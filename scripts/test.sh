@@ -16,6 +16,7 @@ cd "$MSGPROXY_REPO" || exit 1
 set -e
 msgproxy_require_cargo
 msgproxy_ensure_mariadb # also puts mariadbd's directory (e.g. /usr/sbin) on PATH for the tests
+msgproxy_ensure_chromium # the operator's page is tested in headless Chromium
 msgproxy_require_cargo_subcommand fmt rustfmt
 msgproxy_require_cargo_subcommand clippy clippy
 set +e

@@ -49,6 +49,26 @@ pub async fn run(config: Config) -> std::process::ExitCode {
         },
         None => None,
     };
+    let admin_listener = match &config.admin {
+        Some(admin) => match tokio::net::TcpListener::bind(admin.listen).await {
+            Ok(listener) => Some(listener),
+            Err(e) => {
+                error!("cannot serve the operator's page on {}: {e}", admin.listen);
+                return std::process::ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    let admin_tls = match (&config.admin, &config.tls) {
+        (Some(admin), Some(tls)) if admin.tls => match crate::frontend::tls::acceptor(tls) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                error!("operator's page: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        },
+        _ => None,
+    };
     // With several servers: which one is writable decides where everything below goes, and it
     // follows when that changes (docs/CLUSTERS.md).
     backends.start_checks(shutdown.clone()).await;
@@ -64,7 +84,12 @@ pub async fn run(config: Config) -> std::process::ExitCode {
         &config.stream_groups_table,
         shutdown.clone(),
     );
-    let mut ctx = match Context::new(config, shutdown.clone(), Some(engine.clone())) {
+    let mut ctx = match Context::new(
+        config,
+        shutdown.clone(),
+        Some(engine.clone()),
+        backends.clone(),
+    ) {
         Ok(c) => c,
         Err(e) => {
             error!("{e}");
@@ -89,6 +114,36 @@ pub async fn run(config: Config) -> std::process::ExitCode {
         tokio::spawn(crate::metrics::http::serve(
             listener,
             std::sync::Arc::new(registry),
+            shutdown.clone(),
+        ));
+    }
+    if let (Some(listener), Some(settings)) = (admin_listener, ctx.config.admin.clone()) {
+        let admin = crate::admin::Admin::new(
+            settings.clone(),
+            ctx.config.users.clone(),
+            ctx.engine.clone(),
+            Some(stream_engine.clone()),
+            Some(crate::metrics::BinlogView {
+                status: binlog.subscribe(),
+                activity: binlog.activity(),
+            }),
+            ctx.metrics.clone(),
+        );
+        if let Ok(shown) = listener.local_addr() {
+            let scheme = if admin_tls.is_some() { "https" } else { "http" };
+            info!(
+                "operator's page at {scheme}://{shown}/ (actions {})",
+                if settings.actions_allowed() {
+                    "on"
+                } else {
+                    "off: not loopback, not TLS"
+                }
+            );
+        }
+        tokio::spawn(crate::admin::serve(
+            listener,
+            std::sync::Arc::new(admin),
+            admin_tls,
             shutdown.clone(),
         ));
     }

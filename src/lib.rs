@@ -9,6 +9,7 @@ pub mod config;
 pub mod protocol;
 pub mod sql;
 
+mod admin;
 mod backend;
 mod backend_tls;
 mod binlog;

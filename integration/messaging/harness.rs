@@ -66,6 +66,22 @@ impl Env {
         backend_url: &str,
         args: &[&str],
     ) -> Env {
+        Env::on_url_with_config(server, db, backend_url, args, None).await
+    }
+
+    /// [`Env::new`] with `args` and a config file of `config_toml` (users, `[admin]`, ...).
+    pub async fn with_config(db: &str, args: &[&str], config_toml: &str) -> Env {
+        let server = MariaDb::shared();
+        Env::on_url_with_config(server, db, &server.backend_url(), args, Some(config_toml)).await
+    }
+
+    async fn on_url_with_config(
+        server: &'static MariaDb,
+        db: &str,
+        backend_url: &str,
+        args: &[&str],
+        config_toml: Option<&str>,
+    ) -> Env {
         {
             let mut c = Conn::new(opts(server.port(), "root", None, None))
                 .await
@@ -83,7 +99,7 @@ impl Env {
                 .expect("create the test database");
             let _ = c.disconnect().await;
         }
-        let proxy = start_proxy(backend_url, args);
+        let proxy = start_proxy(backend_url, args, config_toml);
         Env {
             server,
             proxy,
@@ -93,7 +109,7 @@ impl Env {
 
     /// Another proxy on the same server (the same database).
     pub fn second_proxy(&self) -> Proxy {
-        start_proxy(&self.server.backend_url(), &[])
+        start_proxy(&self.server.backend_url(), &[], None)
     }
 
     /// The last lines of the proxy's log, for failure messages.
@@ -277,9 +293,9 @@ impl Env {
 /// between the harness picking it and the proxy binding it; the harness then sees *that*
 /// process accept connections and returns a proxy that has already exited ("cannot listen ...
 /// Address already in use"). Retry in that case: the proxy says it listens, or exits.
-fn start_proxy(backend_url: &str, args: &[&str]) -> Proxy {
+fn start_proxy(backend_url: &str, args: &[&str], config_toml: Option<&str>) -> Proxy {
     for _ in 0..3 {
-        let proxy = Proxy::start(backend_url, args, None);
+        let proxy = Proxy::start(backend_url, args, config_toml);
         let deadline = Instant::now() + Duration::from_secs(20);
         while proxy.is_alive()
             && !proxy.log().contains("msgproxy listening on")
@@ -436,14 +452,15 @@ impl Stream {
             thread: Some(thread),
             sql: sql.into(),
         };
-        match tokio::time::timeout(Duration::from_secs(5), cols_rx).await {
+        // Generous: a STREAM of 17 MiB (stream_sessions.rs) on a loaded machine took over 5 s.
+        match tokio::time::timeout(Duration::from_secs(20), cols_rx).await {
             Ok(Ok(Ok(columns))) => {
                 stream.columns = columns;
                 Ok(stream)
             }
             Ok(Ok(Err(f))) => Err(f),
             Ok(Err(_)) => Err(Failure::Client("stream thread died".into())),
-            Err(_) => Err(Failure::Client("no column definitions within 5 s".into())),
+            Err(_) => Err(Failure::Client("no column definitions within 20 s".into())),
         }
     }
 

@@ -67,9 +67,12 @@ async fn two_streams_share_and_the_survivor_takes_over() {
         1..=20,
         "20 messages over two streams within one ack window",
     );
+    // Both take part. Not "about evenly": a stream still writing its batch is passed over, so
+    // the split follows the clients' speed, and on a loaded machine one slow reader got only
+    // its first batch (A [1, 2], B the other 18).
     assert!(
-        ids_a.len() >= 4 && ids_b.len() >= 4,
-        "round-robin in batches of at most 2 should split 20 messages about evenly; \
+        !ids_a.is_empty() && !ids_b.is_empty(),
+        "round-robin in batches of at most 2 should give both streams work; \
          A got {ids_a:?}, B got {ids_b:?}"
     );
 
@@ -520,14 +523,15 @@ async fn an_open_producer_transaction_does_not_hold_up_claims_or_acks() {
         .expect("the ACK waited for the open transaction");
     assert_eq!(acked, 5);
     // The purge (vt_purge_after=1) has deleted the acked rows with the transaction still open.
-    let purged = crate::support::eventually(20, async || {
+    // It runs at each poller tick, every 30 s here: the deadline covers one.
+    let purged = crate::support::eventually(45, async || {
         let left = env.states("m").await;
         (1..=5).all(|id| !left.contains_key(&id))
     })
     .await;
     assert!(
         purged,
-        "rows 1-5 acked, not purged within 20 s\n{}",
+        "rows 1-5 acked, not purged within 45 s\n{}",
         env.log()
     );
     let second = tokio::time::timeout(

@@ -4,6 +4,7 @@
 
 #![allow(dead_code, unused_imports)] // not every test module uses every helper
 
+pub mod browser;
 pub mod cli;
 pub mod compare;
 pub mod mariadb;

@@ -59,16 +59,13 @@ pub struct Context {
 }
 
 impl Context {
+    /// What sessions share, over the servers the engine already follows.
     pub fn new(
         config: Config,
         shutdown: CancellationToken,
         engine: Option<Arc<crate::messaging::engine::Engine>>,
+        backends: Arc<crate::cluster::Backends>,
     ) -> Result<Context, tls::TlsSetupError> {
-        // The sessions go where the engine goes (`crate::cluster`).
-        let backends = match &engine {
-            Some(engine) => engine.backends(),
-            None => crate::cluster::Backends::new(config.backends.clone()),
-        };
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         let socket_literal = crate::sql::socket_literal(config.listen_socket.as_deref());
         let refusals =

@@ -52,8 +52,6 @@ enum Entry {
 pub struct Engine {
     /// Follows the backend in use (`crate::cluster`).
     pool: SharedPool,
-    /// The configured servers and the one in use: the sessions follow the same choice.
-    backends: Arc<Backends>,
     tables: RwLock<HashMap<TableKey, Entry>>,
     shutdown: CancellationToken,
     /// Reads of named tables (after DDL), merged (see `reload`).
@@ -67,6 +65,9 @@ pub struct Engine {
     /// every committed row change reaches the managers from the binlog, so a write relayed
     /// through the proxy needs no poll of its own.
     binlog_following: Arc<AtomicBool>,
+    /// Whether the managers count their tables' depth at each purge tick (the operator's page
+    /// is served; `messaging::depth`).
+    count_depths: Arc<AtomicBool>,
     /// A run of failed reloads (the backend away), logged once a minute, not every
     /// [`RELOAD_INTERVAL`].
     reload_failures: RepeatedFailure,
@@ -92,13 +93,13 @@ impl Engine {
         };
         let engine = Arc::new(Engine {
             pool: SharedPool::new(backends, Box::new(make), shutdown.clone()),
-            backends: backends.clone(),
             tables: RwLock::new(HashMap::new()),
             shutdown,
             named_lane: Lane::default(),
             catalog_lane: Lane::default(),
             tickets: Mutex::new(ReadTickets::default()),
             binlog_following: Arc::new(AtomicBool::new(false)),
+            count_depths: Arc::new(AtomicBool::new(false)),
             reload_failures: RepeatedFailure::default(),
         });
         if let Err(e) = engine.reload().await {
@@ -152,11 +153,6 @@ impl Engine {
         self.pool.clone()
     }
 
-    /// The servers the engine follows (`crate::cluster`).
-    pub fn backends(&self) -> Arc<Backends> {
-        self.backends.clone()
-    }
-
     /// Set by the binlog watcher whenever its mode changes. When it starts following, the
     /// catalog is read once more: DDL made before its start position is not in what it reads.
     pub fn set_binlog_following(self: &Arc<Self>, following: bool) {
@@ -169,6 +165,12 @@ impl Engine {
                 }
             });
         }
+    }
+
+    /// Has every table's depth counted at its purge tick (`messaging::depth`): the operator's
+    /// page turns this on. One capped statement per table per `vt_poller_interval`.
+    pub fn set_count_depths(&self, on: bool) {
+        self.count_depths.store(on, Ordering::Relaxed);
     }
 
     /// Whether row changes reach the managers from the binlog (see `binlog_following`).
@@ -398,6 +400,7 @@ impl Engine {
                     self.pool.clone(),
                     self.shutdown.child_token(),
                     self.binlog_following.clone(),
+                    self.count_depths.clone(),
                 ))
             }
             (Some(Err(why)), old) => {

@@ -75,6 +75,10 @@ pub struct TableManager {
     /// Dead messages and FIFO groups in flight, counted at each purge tick (for `SHOW MESSAGE
     /// TABLES` and the gauges).
     counts: Mutex<(Option<u64>, Option<u64>)>,
+    /// The engine's: whether the purge tick also counts the table's depth (the operator's page
+    /// shows it), and the last count.
+    count_depths: Arc<AtomicBool>,
+    depth: Mutex<Option<super::depth::Depth>>,
 }
 
 /// A stream with a `WHERE` condition: it is handed no batches (the manager does not know which
@@ -199,6 +203,7 @@ impl TableManager {
         pool: crate::cluster::SharedPool,
         stop: CancellationToken,
         binlog_following: Arc<AtomicBool>,
+        count_depths: Arc<AtomicBool>,
     ) -> Arc<TableManager> {
         let capacity = definition.options.cache_size;
         let manager = Arc::new(TableManager {
@@ -221,6 +226,8 @@ impl TableManager {
             watchers: AtomicUsize::new(0),
             group_cursor: Mutex::new(None),
             counts: Mutex::new((None, None)),
+            count_depths,
+            depth: Mutex::new(None),
         });
         let runner = manager.clone();
         tokio::spawn(async move { runner.run().await });
@@ -820,6 +827,40 @@ impl TableManager {
         )
         .await;
         *self.counts.lock().unwrap_or_else(|e| e.into_inner()) = (dead, keys);
+        if self.count_depths.load(Ordering::Relaxed) {
+            let now = state::now_ns();
+            let sql = super::depth::depth_sql(def, now);
+            use mysql_async::prelude::Queryable;
+            let depth = match conn.query_first::<(u64, u64, u64, u64), _>(sql).await {
+                Ok(Some((due, in_flight, scheduled, acked))) => Some(super::depth::Depth {
+                    due,
+                    in_flight,
+                    scheduled,
+                    acked,
+                    at_ns: now,
+                }),
+                Ok(None) => None,
+                Err(e) => {
+                    debug!("{}: counting the depth: {e}", def.qualified());
+                    None
+                }
+            };
+            *self.depth.lock().unwrap_or_else(|e| e.into_inner()) = depth;
+        }
+    }
+
+    /// The table's depth as counted at the last purge tick, while the engine counts depths.
+    pub fn depth(&self) -> Option<super::depth::Depth> {
+        *self.depth.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts the depth now (one statement on the engine's pool), for the operator's page right
+    /// after an action.
+    pub async fn count_now(&self) {
+        let def = self.definition();
+        if let Ok(mut conn) = self.pool.get_conn().await {
+            self.count(&mut conn, &def).await;
+        }
     }
 
     /// Deletes acked rows older than `vt_purge_after` (see `purge`).
