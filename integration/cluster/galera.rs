@@ -156,6 +156,16 @@ async fn two_proxies_on_two_nodes_and_a_node_killed_and_rejoined() {
         killed.elapsed()
     );
     produce(&mut pa, 62..=80).await;
+    // The whole engine moved: its binlog watcher resumed on the new node by GTID.
+    let resumed = crate::support::eventually(10, async || {
+        a.log().contains("binlog: resuming on") && !a.log().contains("no GTID to resume from")
+    })
+    .await;
+    assert!(
+        resumed,
+        "proxy A's binlog watcher did not resume by GTID\n{}",
+        a.log()
+    );
     deliver_all(&mut [&mut ca, &mut cb], 61..=80, &mut seen).await;
 
     // Node 1 rejoins (state transfer); it has every row, and nothing is delivered twice.

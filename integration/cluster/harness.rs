@@ -111,6 +111,11 @@ impl Servers {
             .arg(self.kind.name())
             .args(args)
             .args(["--dir", &dir])
+            // The suite's template data directory: no mariadb-install-db per node.
+            .env(
+                "MSGPROXY_CLUSTER_TEMPLATE",
+                crate::support::mariadb::template_datadir(),
+            )
             .output()
             .expect("run scripts/mariadb-cluster.sh");
         let stdout = String::from_utf8_lossy(&out.stdout);

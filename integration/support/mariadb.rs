@@ -80,7 +80,7 @@ const INNODB_OPTS: &[&str] = &[
 ];
 
 /// Returns the template data dir, creating it once per `mariadbd` version.
-fn template_datadir() -> PathBuf {
+pub fn template_datadir() -> PathBuf {
     static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
     TEMPLATE.get_or_init(build_template).clone()
 }

@@ -250,7 +250,7 @@ impl Watcher {
                         s.sessions = sessions;
                     });
                     let opened = Instant::now();
-                    let end = self.follow(stream, start.clone()).await;
+                    let end = self.follow(stream, start.clone(), generation).await;
                     gap = true;
                     if opened.elapsed() > HEALTHY_AFTER {
                         backoff.reset();
@@ -524,7 +524,7 @@ impl Watcher {
 
     /// Reads the stream until it ends. The reading runs in a task of its own, so that a panic
     /// in the event parser (a malformed event) costs a reconnect, not the watcher.
-    async fn follow(&self, stream: BinlogStream, start: BinlogPosition) -> End {
+    async fn follow(&self, stream: BinlogStream, start: BinlogPosition, generation: u64) -> End {
         let sink = EngineSink {
             engine: self.engine.clone(),
             reload: self.reload.clone(),
@@ -542,6 +542,7 @@ impl Watcher {
             Watched {
                 shutdown,
                 switches,
+                generation,
                 gtids: self.gtids.clone(),
             },
             activity,
@@ -567,6 +568,8 @@ impl Watcher {
 struct Watched {
     shutdown: CancellationToken,
     switches: watch::Receiver<Current>,
+    /// The switch count of the server the stream is on.
+    generation: u64,
     gtids: Arc<Mutex<Option<GtidState>>>,
 }
 
@@ -581,8 +584,13 @@ async fn read_stream(
     let Watched {
         shutdown,
         mut switches,
+        generation,
         gtids,
     } = watched;
+    // A switch between opening the stream and here would otherwise go unnoticed.
+    if switches.borrow_and_update().generation != generation {
+        return End::Switched;
+    }
     let known = gtids.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut follower: Follower<Arc<TableManager>> =
         Follower::new(&start).with_gtids(known.clone().unwrap_or_default());
