@@ -460,8 +460,14 @@ impl StreamEngine {
             // The state exists while this proxy holds the lease.
             if let Some(state) = inner.state.as_mut() {
                 let n = state.ack(ids);
+                // Streams wait for events, or for room under max_unacked: an ack matters to
+                // them only when events wait (a stream may have room for them now). Waking
+                // every stream of the group at every ACK cost two thread wake-ups an event.
+                let wake = n > 0 && state.has_waiting();
                 drop(inner);
-                group.changed.notify_waiters();
+                if wake {
+                    group.changed.notify_waiters();
+                }
                 return Ok(n);
             }
         }

@@ -160,7 +160,7 @@ impl StreamEngine {
         let mut last_save = Instant::now();
         let mut reading = true;
         loop {
-            let (window, next_deadline) = {
+            let (window, next_deadline, waiting) = {
                 let table = group.table();
                 let mut inner = group.lock();
                 let streams = inner.streams.len().max(1);
@@ -171,9 +171,16 @@ impl StreamEngine {
                 (
                     inner.state.as_ref().is_some_and(|s| s.wants_more(window)),
                     next,
+                    inner.state.as_ref().is_some_and(GroupState::has_waiting),
                 )
             };
-            group.changed.notify_waiters();
+            // The streams are woken for events to send (new ones, or ones whose deadline
+            // passed); mode changes and departures wake them where they happen. Waking them
+            // at every turn of this loop (every transaction read, every save tick) woke each
+            // stream for nothing most of the time.
+            if waiting {
+                group.changed.notify_waiters();
+            }
             let deadline = next_deadline.map_or_else(
                 || tokio::time::Instant::now() + Duration::from_secs(3600),
                 tokio::time::Instant::from_std,
