@@ -307,7 +307,7 @@ impl StreamEngine {
     /// A reader of the group's own from `from`.
     fn own_reader(&self, group: &Group, from: BinlogPosition) -> OwnReader {
         let stop = group.stop.child_token();
-        let (tx, rx) = mpsc::channel::<ReaderMsg>(64);
+        let (tx, rx) = mpsc::channel::<ReaderMsg>(reader::QUEUE);
         let target = ReaderTarget {
             opts: self.reader_opts.clone(),
             schema: group.key.schema.clone(),

@@ -56,6 +56,11 @@ pub fn seq_no_of(id: u64) -> u64 {
     id >> ORDINAL_BITS
 }
 
+/// Transactions a reader hands over ahead of its group (the channel's size). Memory: a group
+/// holds at most its read-ahead of events, plus this many transactions' rows of the table in
+/// the channel (it was 64: a replay of 1000-row transactions could hold 64,000 events there).
+pub const QUEUE: usize = 8;
+
 /// How often the server sends a heartbeat when it has nothing for the reader.
 const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A stream silent for this long is taken as broken.

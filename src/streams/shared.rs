@@ -121,7 +121,7 @@ impl SharedReaders {
             }
         };
         let stop = self.shutdown.child_token();
-        let (reader_tx, mut pieces) = mpsc::channel::<ReaderMsg>(64);
+        let (reader_tx, mut pieces) = mpsc::channel::<ReaderMsg>(reader::QUEUE);
         let target = ReaderTarget {
             opts: self.opts.clone(),
             schema: key.0.clone(),

@@ -834,9 +834,19 @@ async fn replay(ctx: &mut Ctx, events: u64) -> Result<Replay, String> {
     let open_secs = t0.elapsed().as_secs_f64();
     // Generous: the replay's own rate is what is measured; a stuck group fails the scenario.
     let patience = t0 + Duration::from_secs(120 + events / 500);
+    // Resident memory as the replay goes (at a quarter, half, ...): bounded memory levels off.
+    let mut rss = Vec::new();
     while consumers.acked() < events && Instant::now() < patience {
         tokio::time::sleep(Duration::from_millis(20)).await;
+        if consumers.acked() * 4 >= events * (rss.len() as u64 + 1) {
+            rss.push(memory_kib(pid).map_or(0, |m| m.1));
+        }
     }
+    let rss = rss
+        .iter()
+        .map(|k| format!("{:.1}", *k as f64 / 1024.0))
+        .collect::<Vec<_>>()
+        .join(" / ");
     let secs = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds(pid) - cpu0;
     let peak_kib = memory_kib(pid).map_or(0, |m| m.0);
@@ -854,7 +864,7 @@ async fn replay(ctx: &mut Ctx, events: u64) -> Result<Replay, String> {
         idle_kib,
         peak_kib,
         note: format!(
-            "loaded in {load_secs:.1} s (1000-row INSERTs straight to the server); the STREAM opened in {open_secs:.2} s; msgproxy {:.2} cores, {:.1} µs CPU an event; checked: the group received and acked all {events} rows ({check})",
+            "loaded in {load_secs:.1} s (1000-row INSERTs straight to the server); the STREAM opened in {open_secs:.2} s; msgproxy resident at 1/4, 1/2, 3/4, all acked: {rss} MiB; msgproxy {:.2} cores, {:.1} µs CPU an event; checked: the group received and acked all {events} rows ({check})",
             cpu / secs,
             cpu * 1e6 / events as f64
         ),
