@@ -12,10 +12,10 @@
 # ---- build stage ----
 FROM rust:1-bookworm AS builder
 WORKDIR /src
-# The whole context (see .dockerignore): Cargo.toml may name test, bench and example files, which cargo
+# The whole context (see .dockerignore): the workspace names tools/ and test files, which cargo
 # wants to see even when it only builds the binary.
 COPY . .
-RUN cargo build --release --locked
+RUN cargo build --release --locked -p msgproxy --bin msgproxy
 
 # ---- runtime stage ----
 FROM debian:bookworm-slim

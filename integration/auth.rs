@@ -191,6 +191,7 @@ async fn clients_that_never_log_in_cost_the_server_nothing() {
     // The proxy's own connections (message engine, binlog) are made in its first moments.
     let mut last = counters(&mut watch).await;
     let settled = crate::support::eventually(20, async || {
+        // "Settled" means no new server connection for 0.5 s: the window is the definition.
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         let now = counters(&mut watch).await;
         std::mem::replace(&mut last, now) == now

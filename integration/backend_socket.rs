@@ -8,7 +8,7 @@ use mysql_async::prelude::*;
 use mysql_async::Conn;
 
 use crate::messaging::harness::{ack, comment, secs, Env};
-use crate::support::{opts, Failure, MariaDb, Proxy};
+use crate::support::{opts, wait_for_log, Failure, MariaDb, Proxy};
 
 /// The process list's `HOST` of every connection from the test's database, by `COMMAND`.
 async fn hosts(server: &MariaDb, db: &str) -> Vec<(String, String)> {
@@ -58,15 +58,16 @@ async fn sessions_engine_and_binlog_use_the_socket() {
     assert_eq!(answer, Some((2, db.to_string())));
 
     // Messaging end to end: a row inserted straight to the server reaches the stream through the
-    // binlog watcher (its poller interval is 30 s), and the ACK through the proxy sticks.
+    // binlog watcher (its poller interval is 30 s; or the stream's first poll finds it: either
+    // way over the socket), and the ACK through the proxy sticks.
     env.ddl(&format!(
         "create table q(id bigint primary key, time_next bigint, epoch bigint, \
          time_acked bigint, message varchar(100)) comment '{}'",
         comment("30", 10, "30", "")
     ))
     .await;
+    wait_for_log(&env.proxy, "binlog: following from", 15).await;
     let mut stream = env.stream("q").await;
-    tokio::time::sleep(secs(1.0)).await;
     env.direct("insert into q(id, message) values (1, 'over the socket')")
         .await;
     let m = stream
@@ -83,7 +84,14 @@ async fn sessions_engine_and_binlog_use_the_socket() {
 
     // Every connection the proxy holds on the server for this database — the sessions, the
     // stream's, the engine's pool and the binlog dump — came over the socket.
-    let all = hosts(server, db).await;
+    // The test's own direct connections (over TCP) may still be closing: wait until only the
+    // proxy's remain, or a TCP one stays (then the asserts below say which).
+    let mut all = Vec::new();
+    crate::support::eventually(20, async || {
+        all = hosts(server, db).await;
+        all.iter().all(|(_, host)| host == "localhost")
+    })
+    .await;
     assert!(
         all.iter().any(|(command, _)| command == "Binlog Dump"),
         "no binlog dump connection for {db}: {all:?}"

@@ -261,7 +261,7 @@ async fn kill_query_interrupts_a_running_statement() {
                 .await
             },
             async {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                crate::support::wait_until_running(server, "SELECT SLEEP(10)").await;
                 crate::support::compare::query(&mut killer, &format!("KILL QUERY {id}")).await
             }
         );

@@ -28,6 +28,7 @@ async fn connect_retrying_1040(port: u16) -> Conn {
         match connect(port).await {
             Ok(conn) => return conn,
             Err(Failure::Server { code: 1040, .. }) if Instant::now() < deadline => {
+                // Retry pace until the deadline, not a wait for something.
                 tokio::time::sleep(Duration::from_millis(100)).await
             }
             Err(e) => panic!("connect: {e:?}"),
@@ -99,7 +100,7 @@ async fn backend_killed_mid_session_then_restarted() {
         (res.map_err(|e| Failure::of(&e)), started.elapsed())
     };
     let killer = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        crate::support::wait_until_running(&server, "SELECT SLEEP(20)").await;
         server.kill();
     };
     let ((busy_res, busy_elapsed), ()) = tokio::join!(busy_query, killer);
@@ -332,13 +333,22 @@ async fn ordinary_disconnects_are_not_logged_as_errors() {
         .read_packet_timeout(Duration::from_secs(10))
         .await
         .expect("first packet");
+    let quitter_id = quitter.greeting.connection_id;
     quitter.abandon();
     let idle = RawConn::connect(proxy.port(), "root", "", None)
         .await
         .expect("raw connect");
+    let idle_id = idle.greeting.connection_id;
     idle.abandon();
-    // Give the proxy a moment to notice all of that.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The proxy has noticed both hang-ups (it closed their backend sessions), and so has
+    // logged whatever it logs for them.
+    for id in [quitter_id, idle_id] {
+        assert!(
+            crate::support::backend_session_gone(_server, id).await,
+            "backend session {id} still open\n{}",
+            proxy.log()
+        );
+    }
     let log = proxy.log();
     let errors: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
     assert!(
@@ -381,6 +391,7 @@ async fn connection_limit_bounds_backend_sessions() {
                         Err(e) => match Failure::of(&e) {
                             Failure::Server { code: 1040, .. } if Instant::now() < give_up => {
                                 refused += 1;
+                                // Retry pace until `give_up`, not a wait for something.
                                 tokio::time::sleep(Duration::from_millis(20)).await;
                             }
                             other => return Err(other),
@@ -403,6 +414,7 @@ async fn connection_limit_bounds_backend_sessions() {
             .await
             .expect("count backend sessions");
         most = most.max(n.unwrap_or(0));
+        // Sampling pace of the backend session count, not a wait.
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut refused = 0;

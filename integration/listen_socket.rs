@@ -45,6 +45,7 @@ fn sigterm(proxy: &Proxy) {
 async fn wait_until(done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while !done() && Instant::now() < deadline {
+        // How often to look, not a wait for something to happen.
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -185,7 +186,7 @@ async fn shutdown_refuses_new_clients_and_lets_running_commands_finish() {
         let slept: Result<Option<i64>, _> = busy.query_first("SELECT SLEEP(3)").await;
         slept
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    crate::support::wait_until_running(server, "SELECT SLEEP(3)").await;
 
     sigterm(&proxy);
     wait_until(|| !path.exists()).await;

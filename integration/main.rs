@@ -40,12 +40,14 @@
 
 mod support;
 
+mod admin;
 mod auth;
 mod backend_socket;
 mod backend_tls;
 mod binlog;
 mod bulk;
 mod cli;
+mod cluster;
 mod commands;
 mod failures;
 mod faults;

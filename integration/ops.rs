@@ -511,7 +511,7 @@ async fn passwords_never_reach_the_log() {
     );
     let denied = Conn::new(opts(refused.port(), "app", Some(CLIENT_PW), None)).await;
     assert!(denied.is_err(), "the backend refuses the proxy's login");
-    tokio::time::sleep(secs(0.5)).await;
+    crate::support::wait_for_log(&refused, "Access denied", 20).await;
     let refused_log = refused.log();
     assert!(
         refused_log.contains("Access denied"),

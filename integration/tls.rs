@@ -7,7 +7,7 @@ use std::process::Command;
 use crate::support::{Cli, MariaDb, Proxy};
 
 /// A throwaway self-signed certificate for 127.0.0.1, made with the `openssl` command.
-fn self_signed(dir: &Path) -> (String, String) {
+pub(crate) fn self_signed(dir: &Path) -> (String, String) {
     let cert = dir.join("cert.pem");
     let key = dir.join("key.pem");
     let status = Command::new("openssl")
@@ -170,6 +170,7 @@ fn hold_the_only_slot(port: u16) -> std::net::TcpStream {
         if id.is_some_and(|id| id != [0, 0, 0, 0]) {
             return tcp;
         }
+        // Retry pace until a slot is free, not a wait for something.
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     panic!("no slot came free on the proxy at port {port}");

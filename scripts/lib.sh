@@ -95,6 +95,18 @@ msgproxy_ensure_mariadb() {
     export PATH
 }
 
+# msgproxy_ensure_chromium: make sure a headless-capable chromium exists for the operator's page tests
+# (integration/admin.rs), installing Debian's `chromium` package when none is found; CHROMIUM=/path overrides.
+msgproxy_ensure_chromium() {
+    if [ -n "${CHROMIUM:-}" ] && [ -x "$CHROMIUM" ]; then
+        return 0
+    fi
+    command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+        msgproxy_apt_install chromium
+    command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
+        msgproxy_die "chromium still not found after installing Debian's chromium package"
+}
+
 # msgproxy_require_cargo: make sure `cargo` runs (also picks up a rustup install not yet on PATH).
 msgproxy_require_cargo() {
     if ! command -v cargo >/dev/null 2>&1 && [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then
@@ -128,5 +140,18 @@ msgproxy_port_in_use() {
         timeout 3 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$port" 2>/dev/null
     else
         bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$port" 2>/dev/null
+    fi
+}
+
+# msgproxy_ensure_galera: make sure the Galera provider (galera-4) and what its state transfers use (rsync for
+# SST, iproute2's `ss` for the SST script's port checks) are installed, with apt-get when one is missing.
+msgproxy_ensure_galera() {
+    local missing=()
+    [ -f /usr/lib/galera/libgalera_smm.so ] || missing+=(galera-4)
+    command -v rsync >/dev/null 2>&1 || missing+=(rsync)
+    command -v ss >/dev/null 2>&1 || missing+=(iproute2)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        msgproxy_info "Galera cluster tests need ${missing[*]}"
+        msgproxy_apt_install "${missing[@]}"
     fi
 }

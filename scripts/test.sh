@@ -16,9 +16,13 @@ cd "$MSGPROXY_REPO" || exit 1
 set -e
 msgproxy_require_cargo
 msgproxy_ensure_mariadb # also puts mariadbd's directory (e.g. /usr/sbin) on PATH for the tests
+msgproxy_ensure_chromium # the operator's page is tested in headless Chromium
 msgproxy_require_cargo_subcommand fmt rustfmt
 msgproxy_require_cargo_subcommand clippy clippy
 set +e
+# The Galera cluster test (integration/cluster/) needs galera-4, rsync and iproute2: installed here when
+# missing. Where they cannot be, that one test says so and is skipped; nothing else needs them.
+(msgproxy_ensure_galera) || msgproxy_warn "galera-4 could not be installed: the Galera cluster test will be skipped"
 
 failed=()
 step() {
@@ -41,7 +45,7 @@ step bench-smoke cargo run --quiet --bin msgproxy-bench -- --smoke
 # A minute of messaging under injected faults (proxy and server kills and restarts, dropped connections),
 # then the checks: every committed message delivered, never twice within one ack window, every ack kept.
 # About 75 s; a failure prints the violations and keeps the logs. Longer runs:
-# docs/guide/checking.md.
+# docs/CHECKING.md.
 step chaos-check cargo run --quiet --bin msgproxy-check -- --duration 60s
 # The Go driver's and mysqlclient's own test suites, msgproxy's checks with PyMySQL, node's mysql2 and
 # Connector/J (scripts/driver-suites/clients/CHECKS.md), and MariaDB's own regression tests (mysql-test-run

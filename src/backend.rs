@@ -23,6 +23,12 @@ use crate::protocol::wire::{self, ErrorPacket, Reader};
 pub struct Backend {
     pub conn: PacketReader<BackendStream>,
     pub greeting: BackendGreeting,
+    /// The server it is connected to (with several servers, not necessarily the one in use
+    /// now): logins, COM_CHANGE_USER and error messages name this one.
+    pub target: BackendTarget,
+    /// The `crate::cluster` switch count when it was connected: questions about this session
+    /// on another connection go to its server only while that is still the one in use.
+    pub generation: u64,
 }
 
 /// The transport to the backend: TCP, or the server's Unix socket when the proxy runs on the
@@ -215,7 +221,12 @@ impl Backend {
                 )));
             }
             let greeting = BackendGreeting::parse(&packet.payload)?;
-            Ok(Backend { conn, greeting })
+            Ok(Backend {
+                conn,
+                greeting,
+                target: target.clone(),
+                generation: 0,
+            })
         };
         match tokio::time::timeout(timeout, attempt).await {
             Ok(r) => r,
@@ -634,6 +645,8 @@ mod tests {
                 auth_plugin: Vec::new(),
                 mariadb_capabilities: 0,
             },
+            target: BackendTarget::parse("mysql://root@localhost/test").expect("a valid URL"),
+            generation: 0,
         }
     }
 

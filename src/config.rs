@@ -29,8 +29,9 @@ pub struct Cli {
 
     /// Backend server and the credentials the proxy uses there, as
     /// mysql://user:password@host:port/database, or over the server's Unix socket as
-    /// mysql://user:password@localhost/database?socket=/path/to/mysqld.sock
-    /// [default: mysql://root@127.0.0.1:3306/test]
+    /// mysql://user:password@localhost/database?socket=/path/to/mysqld.sock; several servers
+    /// (Galera nodes, or a primary and its replicas) comma-separated: msgproxy uses the first
+    /// writable one (docs/CLUSTERS.md) [default: mysql://root@127.0.0.1:3306/test]
     #[arg(long, env = "MSGPROXY_BACKEND", value_name = "URL")]
     pub backend: Option<String>,
 
@@ -65,6 +66,26 @@ pub struct Cli {
     /// backend URL's database or `db.table`; created if missing [default: msgproxy_stream_groups]
     #[arg(long, env = "MSGPROXY_STREAM_GROUPS_TABLE", value_name = "NAME")]
     pub stream_groups_table: Option<String>,
+    /// Serve the operator's page (tables, streams, dead letters, actions) over HTTP at
+    /// http://ADDR/ (docs/OPERATOR.md) [default: off]
+    #[arg(long, env = "MSGPROXY_ADMIN_LISTEN", value_name = "ADDR")]
+    pub admin_listen: Option<SocketAddr>,
+    /// A secret that logs in to the operator's page (HTTP Basic password, any user name, or
+    /// `Authorization: Bearer TOKEN`) besides the proxy's users [default: none]
+    #[arg(long, env = "MSGPROXY_ADMIN_TOKEN", value_name = "TOKEN")]
+    pub admin_token: Option<String>,
+    /// Show the operator's page (read-only) without logging in; actions still need a login
+    /// [default: false]
+    #[arg(long, env = "MSGPROXY_ADMIN_PUBLIC_READ")]
+    pub admin_public_read: bool,
+    /// Serve the operator's page over HTTPS with the client TLS certificate and key
+    /// (--tls-cert, --tls-key) [default: false]
+    #[arg(long, env = "MSGPROXY_ADMIN_TLS")]
+    pub admin_tls: bool,
+    /// Allow actions (REDRIVE, SEEK) on an --admin-listen address that is not loopback without
+    /// --admin-tls: passwords and tokens then cross the network in clear [default: false]
+    #[arg(long, env = "MSGPROXY_ADMIN_ALLOW_INSECURE_ACTIONS")]
+    pub admin_allow_insecure_actions: bool,
 }
 
 /// The optional configuration file. Every key is optional; unknown keys are errors so that a typo
@@ -76,8 +97,9 @@ pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     /// A Unix socket to accept clients on as well, as `--listen-socket`.
     pub listen_socket: Option<PathBuf>,
-    /// Backend URL, as `--backend`.
-    pub backend: Option<String>,
+    /// Backend URL, as `--backend` (comma-separated URLs for several servers), or a list of
+    /// URLs.
+    pub backend: Option<BackendSetting>,
     /// Most client connections served at once.
     pub max_connections: Option<usize>,
     /// Worker threads.
@@ -98,6 +120,85 @@ pub struct FileConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// The event-stream groups' table, as `--stream-groups-table`.
     pub stream_groups_table: Option<String>,
+    /// The operator's page, as the `--admin-*` flags.
+    pub admin: Option<AdminFileConfig>,
+}
+
+/// `[admin]`: the operator's page (docs/OPERATOR.md).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminFileConfig {
+    /// Address of the page, as `--admin-listen`.
+    pub listen: Option<SocketAddr>,
+    /// A login secret besides the proxy's users, as `--admin-token`.
+    pub token: Option<String>,
+    /// The read-only page without a login, as `--admin-public-read`.
+    #[serde(default)]
+    pub public_read: bool,
+    /// HTTPS with the client TLS certificate, as `--admin-tls`.
+    #[serde(default)]
+    pub tls: bool,
+    /// Actions off loopback without TLS, as `--admin-allow-insecure-actions`.
+    #[serde(default)]
+    pub allow_insecure_actions: bool,
+}
+
+/// The operator's page, resolved.
+#[derive(Clone)]
+pub struct AdminSettings {
+    pub listen: SocketAddr,
+    pub token: Option<String>,
+    pub public_read: bool,
+    pub tls: bool,
+    pub allow_insecure_actions: bool,
+}
+
+impl std::fmt::Debug for AdminSettings {
+    // By hand, so the token never reaches a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminSettings")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("public_read", &self.public_read)
+            .field("tls", &self.tls)
+            .field("allow_insecure_actions", &self.allow_insecure_actions)
+            .finish()
+    }
+}
+
+impl AdminSettings {
+    /// Whether actions may run on this listener: loopback, TLS, or the explicit flag.
+    pub fn actions_allowed(&self) -> bool {
+        self.listen.ip().is_loopback() || self.tls || self.allow_insecure_actions
+    }
+}
+
+/// `backend` in the file: one string (URLs comma-separated, as `--backend`) or a list of URLs.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum BackendSetting {
+    One(String),
+    Several(Vec<String>),
+}
+
+impl BackendSetting {
+    fn urls(self) -> Vec<String> {
+        match self {
+            BackendSetting::One(s) => split_urls(&s),
+            BackendSetting::Several(list) => list.iter().flat_map(|s| split_urls(s)).collect(),
+        }
+    }
+}
+
+/// The URLs of a `--backend` value: comma-separated, blanks around them ignored. (A comma in a
+/// password is written `%2C`, as any reserved character of a URL.)
+fn split_urls(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// One user of the proxy. Give `password`, or `password_hash` (the `*HEX` form of
@@ -302,7 +403,10 @@ pub struct Config {
     pub listen: SocketAddr,
     /// A Unix socket to accept clients on as well.
     pub listen_socket: Option<PathBuf>,
+    /// The first of `backends`: where the proxy goes while it knows nothing else.
     pub backend: BackendTarget,
+    /// Every server named by `--backend`, in order (`crate::cluster` picks the writable one).
+    pub backends: Vec<BackendTarget>,
     pub max_connections: usize,
     /// Worker threads of the async runtime.
     pub threads: usize,
@@ -318,6 +422,8 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// msgproxy's own table of event-stream groups (`table` or `db.table`).
     pub stream_groups_table: String,
+    /// The operator's page; `None`: not served.
+    pub admin: Option<AdminSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -339,7 +445,7 @@ pub enum ConfigError {
 /// latency at one connection and relayed 10 % more at 32; while other work kept the CPUs busy,
 /// one worker added less latency (fewer cross-thread wake-ups per request). So the default is
 /// the throughput one, and `--threads` is there for latency-sensitive deployments on busy
-/// machines (docs/BENCHMARKS.md).
+/// machines (docs/benchmarks-history.md, first round).
 fn default_threads() -> usize {
     std::thread::available_parallelism()
         .map(|n| n.get())
@@ -357,15 +463,39 @@ impl Config {
     }
 
     pub fn merge(cli: Cli, file: FileConfig) -> Result<Config, ConfigError> {
+        let cli_admin = AdminFileConfig {
+            listen: cli.admin_listen,
+            token: cli.admin_token.clone(),
+            public_read: cli.admin_public_read,
+            tls: cli.admin_tls,
+            allow_insecure_actions: cli.admin_allow_insecure_actions,
+        };
         let listen = cli
             .listen
             .or(file.listen)
             .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("the default address parses"));
-        let backend_url = cli
-            .backend
-            .or(file.backend)
-            .unwrap_or_else(|| DEFAULT_BACKEND.into());
-        let backend = BackendTarget::parse(&backend_url)?;
+        let urls = match cli.backend {
+            Some(value) => split_urls(&value),
+            None => file.backend.map(BackendSetting::urls).unwrap_or_default(),
+        };
+        let urls = if urls.is_empty() {
+            vec![DEFAULT_BACKEND.to_owned()]
+        } else {
+            urls
+        };
+        let backends = urls
+            .iter()
+            .map(|url| BackendTarget::parse(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (i, b) in backends.iter().enumerate() {
+            if backends[..i].iter().any(|a| a.address() == b.address()) {
+                return Err(ConfigError::BackendUrl(format!(
+                    "{} is named twice in the backend list; name each server once",
+                    b.address()
+                )));
+            }
+        }
+        let backend = backends[0].clone();
         let users = file
             .users
             .into_iter()
@@ -427,10 +557,12 @@ impl Config {
         if threads == 0 {
             return Err(ConfigError::Invalid("threads must be at least 1".into()));
         }
+        let admin = resolve_admin(&cli_admin, file.admin.unwrap_or_default(), &users, &tls)?;
         Ok(Config {
             listen,
             listen_socket,
             backend,
+            backends,
             max_connections,
             threads,
             backend_connect_timeout: seconds(
@@ -448,8 +580,49 @@ impl Config {
                 .stream_groups_table
                 .or(file.stream_groups_table)
                 .unwrap_or_else(|| "msgproxy_stream_groups".to_owned()),
+            admin,
         })
     }
+}
+
+/// The `--admin-*` flags over `[admin]`. Refuses a page nobody could log in to safely: off
+/// loopback it needs configured users or a token (without users the proxy accepts root with an
+/// empty password, as on its MySQL port).
+fn resolve_admin(
+    cli: &AdminFileConfig,
+    file: AdminFileConfig,
+    users: &[User],
+    tls: &Option<TlsSettings>,
+) -> Result<Option<AdminSettings>, ConfigError> {
+    let Some(listen) = cli.listen.or(file.listen) else {
+        return Ok(None);
+    };
+    let token = cli.token.clone().or(file.token);
+    if token.as_deref().is_some_and(|t| t.len() < 16) {
+        return Err(ConfigError::Invalid(
+            "admin token must be at least 16 characters (e.g. openssl rand -hex 16)".into(),
+        ));
+    }
+    let settings = AdminSettings {
+        listen,
+        token,
+        public_read: cli.public_read || file.public_read,
+        tls: cli.tls || file.tls,
+        allow_insecure_actions: cli.allow_insecure_actions || file.allow_insecure_actions,
+    };
+    if settings.tls && tls.is_none() {
+        return Err(ConfigError::Invalid(
+            "admin TLS (--admin-tls) uses the client TLS certificate: give --tls-cert and --tls-key too".into(),
+        ));
+    }
+    if !listen.ip().is_loopback() && users.is_empty() && settings.token.is_none() {
+        return Err(ConfigError::Invalid(format!(
+            "refusing to serve the operator's page on {listen} without users or --admin-token: \
+             with no users msgproxy accepts root with an empty password, which is only safe on a \
+             loopback address"
+        )));
+    }
+    Ok(Some(settings))
 }
 
 fn load_file(path: &Path) -> Result<FileConfig, ConfigError> {
@@ -527,6 +700,43 @@ mod tests {
         assert_eq!(c.backend.port, 3306);
         assert_eq!(c.backend.user, "root");
         assert_eq!(c.backend.database.as_deref(), Some("test"));
+    }
+
+    #[test]
+    fn several_backends_from_the_flag_and_the_file() {
+        let c = Config::merge(
+            cli(&["--backend", "mysql://a@n1:3306/db, mysql://a@n2:3307/db,"]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        let addresses: Vec<_> = c.backends.iter().map(|b| b.address()).collect();
+        assert_eq!(addresses, ["n1:3306", "n2:3307"]);
+        assert_eq!(c.backend.address(), "n1:3306");
+        // The file: a list, or one string with commas; the flag wins over the file.
+        for text in [
+            "backend = [\"mysql://a@n1/db\", \"mysql://a@n2/db\", \"mysql://a@n3/db\"]",
+            "backend = \"mysql://a@n1/db,mysql://a@n2/db,mysql://a@n3/db\"",
+        ] {
+            let f: FileConfig = toml::from_str(text).unwrap();
+            let c = Config::merge(cli(&[]), f).unwrap();
+            assert_eq!(c.backends.len(), 3, "{text}");
+            let f: FileConfig = toml::from_str(text).unwrap();
+            let c = Config::merge(cli(&["--backend", "mysql://a@x/db"]), f).unwrap();
+            assert_eq!(c.backends.len(), 1, "{text}");
+        }
+        // One server named twice is a mistake, said as such.
+        let err = Config::merge(
+            cli(&["--backend", "mysql://a@n1/db,mysql://b@n1:3306/db"]),
+            FileConfig::default(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("named twice"), "{err}");
+        // One bad URL in the list is an error, not skipped.
+        assert!(Config::merge(
+            cli(&["--backend", "mysql://a@n1/db,postgres://n2/db"]),
+            FileConfig::default()
+        )
+        .is_err());
     }
 
     #[test]
@@ -702,6 +912,58 @@ mod tests {
         let c = Config::merge(cli(&[]), f).unwrap();
         let path = c.listen_socket.unwrap();
         assert!(path.is_absolute() && path.ends_with("rel.sock"), "{path:?}");
+    }
+
+    #[test]
+    fn admin_page_settings() {
+        let c = Config::merge(cli(&[]), FileConfig::default()).unwrap();
+        assert!(c.admin.is_none());
+        let c = Config::merge(
+            cli(&["--admin-listen", "127.0.0.1:9300"]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        let admin = c.admin.unwrap();
+        assert!(admin.actions_allowed() && !admin.public_read && admin.token.is_none());
+        // Off loopback: users or a token, and actions only with TLS or the explicit flag.
+        let err = Config::merge(
+            cli(&["--admin-listen", "0.0.0.0:9300"]),
+            FileConfig::default(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("--admin-token"), "{err}");
+        let c = Config::merge(
+            cli(&[
+                "--admin-listen",
+                "0.0.0.0:9300",
+                "--admin-token",
+                "0123456789abcdef",
+            ]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        let admin = c.admin.unwrap();
+        assert!(!admin.actions_allowed());
+        assert!(!format!("{admin:?}").contains("0123456789abcdef"));
+        let f: FileConfig = toml::from_str(
+            "[admin]\nlisten = \"0.0.0.0:9300\"\ntoken = \"0123456789abcdef\"\nallow_insecure_actions = true\npublic_read = true\n",
+        )
+        .unwrap();
+        let admin = Config::merge(cli(&[]), f).unwrap().admin.unwrap();
+        assert!(admin.actions_allowed() && admin.public_read);
+        let err = Config::merge(
+            cli(&["--admin-listen", "127.0.0.1:1", "--admin-token", "short"]),
+            FileConfig::default(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("16 characters"), "{err}");
+        let err = Config::merge(
+            cli(&["--admin-listen", "127.0.0.1:1", "--admin-tls"]),
+            FileConfig::default(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("--tls-cert"), "{err}");
+        assert!(toml::from_str::<FileConfig>("[admin]\nlisen = 1").is_err());
     }
 
     #[test]

@@ -2,13 +2,9 @@
 //! gracefully on SIGINT/SIGTERM.
 
 use clap::Parser;
-use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::error;
 
-use msgproxy::backend::Backend;
-use msgproxy::binlog::BinlogWatcher;
 use msgproxy::config::{Cli, Config};
-use msgproxy::frontend::{Context, Listeners, Server};
 
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
@@ -38,133 +34,5 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(config))
-}
-
-async fn run(config: Config) -> std::process::ExitCode {
-    let shutdown = CancellationToken::new();
-    let backend = config.backend.clone();
-    let timeout = config.backend_connect_timeout;
-    let listeners = match Listeners::bind(&config).await {
-        Ok(l) => l,
-        Err(e) => {
-            error!(
-                "cannot listen on {}{}: {e}",
-                config.listen,
-                match &config.listen_socket {
-                    Some(path) => format!(" and {}", path.display()),
-                    None => String::new(),
-                }
-            );
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let mut local = listeners
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| config.listen.to_string());
-    if let Some(path) = listeners.socket_path() {
-        local = format!("{local} and {}", path.display());
-    }
-    // The metrics endpoint is bound now too (served once the engine is up): every address the
-    // proxy answers on is taken before it touches the backend, and when the client port accepts
-    // connections so does the metrics port.
-    let metrics_listener = match config.metrics_listen {
-        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => Some(listener),
-            Err(e) => {
-                error!("cannot serve metrics on {addr}: {e}");
-                return std::process::ExitCode::FAILURE;
-            }
-        },
-        None => None,
-    };
-    let engine = msgproxy::messaging::engine::Engine::start(&backend, shutdown.clone()).await;
-    // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
-    // and the pollers carry on alone.
-    let binlog = BinlogWatcher::start(&backend, engine.clone(), shutdown.clone());
-    // Event streams: groups are served on demand, each with a binlog reader of its own.
-    let stream_engine = msgproxy::streams::engine::StreamEngine::start(
-        &backend,
-        &config.stream_groups_table,
-        shutdown.clone(),
-    );
-    let mut ctx = match Context::new(config, shutdown.clone(), Some(engine.clone())) {
-        Ok(c) => c,
-        Err(e) => {
-            error!("{e}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    ctx.stream_engine = Some(stream_engine.clone());
-    if let Some(listener) = metrics_listener {
-        let registry = msgproxy::metrics::Registry {
-            streams: Some(stream_engine.clone()),
-            proxy: ctx.metrics.clone(),
-            engine: Some(engine),
-            binlog: Some(msgproxy::metrics::BinlogView {
-                status: binlog.subscribe(),
-                activity: binlog.activity(),
-            }),
-        };
-        if let Ok(shown) = listener.local_addr() {
-            info!("Prometheus metrics at http://{shown}/metrics");
-        }
-        tokio::spawn(msgproxy::metrics::http::serve(
-            listener,
-            std::sync::Arc::new(registry),
-            shutdown.clone(),
-        ));
-    }
-    let spares = ctx.spares.clone();
-    let server = Server::new(listeners, ctx);
-    match Backend::connect(&backend, timeout).await {
-        Ok(b) => {
-            info!(
-                "msgproxy listening on {local}, backend {} (server version {})",
-                backend.redacted(),
-                String::from_utf8_lossy(&b.greeting.server_version)
-            );
-            // Not logged in: it greets the first client (frontend::spares).
-            spares.give_back(msgproxy::frontend::spares::Fresh::new(b));
-        }
-        Err(e) => warn!(
-            "msgproxy listening on {local}, backend {} not reachable yet ({e}); clients get error 1429 until it is",
-            backend.redacted()
-        ),
-    }
-    tokio::spawn(stop_on_signal(shutdown));
-    server.run().await;
-    binlog.stopped(std::time::Duration::from_secs(2)).await;
-    stream_engine
-        .stopped(std::time::Duration::from_secs(2))
-        .await;
-    info!("msgproxy stopped");
-    std::process::ExitCode::SUCCESS
-}
-
-async fn stop_on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    warn!("cannot watch SIGTERM: {e}");
-                    let _ = ctrl_c.await;
-                    shutdown.cancel();
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => info!("SIGINT received, shutting down"),
-            _ = term.recv() => info!("SIGTERM received, shutting down"),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
-    }
-    shutdown.cancel();
+    runtime.block_on(msgproxy::app::run(config))
 }

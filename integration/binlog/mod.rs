@@ -279,6 +279,7 @@ async fn consume(
         let mut conn = match connected {
             Ok(Ok(c)) => c,
             _ => {
+                // Reconnect pace, not a wait for something.
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
@@ -311,6 +312,7 @@ async fn consume(
         // The stream is over (ended or broken), so there is nothing left to drain.
         drop(conn);
         tokio::select! {
+            // Reconnect pace, not a wait for something.
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             _ = stop.cancelled() => return,
         }

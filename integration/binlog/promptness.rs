@@ -13,7 +13,9 @@ use mysql_async::{Conn, WhiteListFsHandler};
 use tokio_util::sync::CancellationToken;
 
 use super::{comment, connect, create_table, direct, fresh_db, now_ns, Consumer, PROMPT, SEC};
-use crate::support::{eventually, opts, wait_for_log, MariaDb, Proxy};
+use crate::support::{
+    eventually, opts, polls, wait_for_log, wait_for_polls, MariaDb, Proxy, LOG_POLLS,
+};
 
 /// Every way of writing a row straight to the server reaches a waiting stream promptly.
 #[tokio::test]
@@ -34,12 +36,15 @@ async fn direct_writes_reach_streams_promptly() {
         ],
     )
     .await;
-    let proxy = Proxy::start(&server.url(db), &[], None);
+    let proxy = Proxy::start_with_env(&server.url(db), &[], None, &[LOG_POLLS]);
     wait_for_log(&proxy, "binlog: following from", 15).await;
+    let m = format!("`{db}`.`m`");
+    let polled = polls(&proxy, &m);
     let mut c = Consumer::start(proxy.port(), db, "m");
     c.wait_open(1, 10).await;
-    // The stream's first poll (on subscribe) finds nothing; everything below comes later.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The stream's first poll (on subscribe) is over and found nothing; everything below
+    // comes later.
+    wait_for_polls(&proxy, &m, polled).await;
 
     let mut w = connect(server.port(), "root", None, db).await;
     let t = Instant::now();

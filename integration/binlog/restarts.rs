@@ -63,6 +63,7 @@ async fn server_restarts_lose_nothing() {
                     .await
                     .ok();
                 if conn.is_none() {
+                    // Reconnect pace while the server is away (the outage is the scenario).
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -79,6 +80,7 @@ async fn server_restarts_lose_nothing() {
                 Err(mysql_async::Error::Server(e)) if e.code == 1062 => id += 1,
                 Err(_) => conn = None,
             }
+            // The producer's pace, part of the load under test.
             tokio::time::sleep(Duration::from_millis(15)).await;
         }
         Instant::now()
@@ -118,6 +120,7 @@ async fn server_restarts_lose_nothing() {
     )
     .await;
     eprintln!("restart 1 (clean) after {} messages", counts.len());
+    // The scenario: the server down (stopped, then below killed) for a moment.
     server.stop();
     tokio::time::sleep(Duration::from_millis(500)).await;
     server.restart();

@@ -6,7 +6,7 @@ use mysql_async::prelude::*;
 use mysql_async::Conn;
 
 use super::{comment, connect, create_table, direct, fresh_db, Consumer, PROMPT};
-use crate::support::{wait_for_log, MariaDb, Proxy};
+use crate::support::{polls, wait_for_log, wait_for_polls, MariaDb, Proxy, LOG_POLLS};
 
 /// XA transactions written straight to the server: each one's rows reach a stream promptly at
 /// its own `XA COMMIT`, also when two were prepared at once and are committed in turn, and when
@@ -45,14 +45,17 @@ async fn xa_transactions_arrive_at_their_own_commits() {
     )
     .await;
 
-    let proxy = Proxy::start(&server.url(db), &[], None);
+    let proxy = Proxy::start_with_env(&server.url(db), &[], None, &[LOG_POLLS]);
     wait_for_log(&proxy, "binlog: following from", 15).await;
+    let (m, n) = (format!("`{db}`.`m`"), format!("`{db}`.`n`"));
+    let (polled_m, polled_n) = (polls(&proxy, &m), polls(&proxy, &n));
     let mut cm = Consumer::start(proxy.port(), db, "m");
     let mut cn = Consumer::start(proxy.port(), db, "n");
     cm.wait_open(1, 10).await;
     cn.wait_open(1, 10).await;
-    // The streams' first polls (on subscribe) find nothing committed.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The streams' first polls (on subscribe) are over and found nothing committed.
+    wait_for_polls(&proxy, &m, polled_m).await;
+    wait_for_polls(&proxy, &n, polled_n).await;
 
     let mut a = connect(server.port(), "root", None, db).await;
     let mut b = connect(server.port(), "root", None, db).await;

@@ -80,6 +80,7 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
                         Ok(c) => conn = Some(c),
                         Err(e) => {
                             errors.push(format!("connect: {}", failure_kind(&Failure::of(&e))));
+                            // Reconnect pace while the server is away (the outage is the scenario).
                             tokio::time::sleep(Duration::from_millis(100)).await;
                         }
                     }
@@ -104,6 +105,7 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
                         conn = None;
                     }
                 }
+                // The producer's pace, part of the load under test.
                 tokio::time::sleep(Duration::from_millis(8)).await;
             }
             (committed, errors)
@@ -188,6 +190,7 @@ async fn backend_restarts_under_load_lose_nothing_committed() {
                 if Instant::now() >= until {
                     return;
                 }
+                // How often the consumers are pumped, not a wait for something.
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
@@ -375,11 +378,13 @@ async fn an_outage_is_logged_at_its_start_and_end_not_per_tick() {
     let job = format!("purging `{}`.`quiet`", env.db);
     // The table is loaded, and purged each second, before the outage.
     crate::support::wait_for_log(&env.proxy, "`.`quiet` loaded", 10).await;
+    // The scenario: ticks that succeed (nothing to log, nothing to wait on) before the outage.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     server.stop();
     crate::support::wait_for_log(&env.proxy, &format!("{job} failed"), 10).await;
     // Five more ticks with the server away.
+    // The scenario itself: an outage long enough for five ticks, which must log nothing.
     tokio::time::sleep(Duration::from_secs(5)).await;
     server.restart();
     crate::support::wait_for_log(&env.proxy, &format!("{job} works again"), 10).await;

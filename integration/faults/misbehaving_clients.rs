@@ -67,7 +67,9 @@ async fn a_consumer_that_stops_reading_holds_up_nothing() {
     let mut stuck = raw_stream(env.proxy.port(), &env.db, "big").await;
     let mut good = env.stream("big").await;
     let mut acker = env.proxy_conn().await;
-    tokio::time::sleep(secs(0.3)).await;
+    // Both streams set up before the baseline is taken.
+    env.wait_counts("big", "both streams open", |c| c.subscribers == 2)
+        .await;
     let (base_rss, _) = env.proxy.memory_kib().expect("the proxy's /proc status");
     let started = Instant::now();
 
@@ -349,6 +351,7 @@ async fn clients_vanishing_mid_batch_result_or_load_data_leave_nothing_behind() 
         let mut cut = vec![0x00, 0x00, 0x01, 6];
         cut.extend(std::iter::repeat_n(b'9', 1024));
         quitter.write_raw(&cut).await.expect("a cut packet");
+        // The scenario: the cut packet arrives on its own, then the client vanishes.
         tokio::time::sleep(secs(0.1)).await;
         quitter.abandon();
         assert!(

@@ -90,6 +90,7 @@ async fn take(streams: &mut [&mut Stream], wait: Duration) -> Vec<Vec<Msg>> {
         if got.iter().any(|g| !g.is_empty()) || Instant::now() >= deadline {
             return got;
         }
+        // How often to look until the deadline, not a wait for something to happen.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

@@ -238,6 +238,7 @@ async fn one_of_two_proxies_sigkilled_the_survivor_delivers_everything_once_per_
         for chunk in 0..N / 50 {
             let sql = insert_sql("two", chunk * 50 + 1, chunk * 50 + 50, 20);
             c.query_drop(&sql).await.expect("insert");
+            // The producer's pace (a batch every 150 ms) is part of the load under test.
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
     });

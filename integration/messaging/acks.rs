@@ -445,7 +445,9 @@ async fn purge_removes_acked_rows_only() {
     ))
     .await;
     assert_eq!(ack(&mut c, "purged", &[2005]).await, 1);
-    tokio::time::sleep(secs(0.3)).await;
+    // A row acked long ago, written after the young ones: once it is gone, a purge has run
+    // over the young rows too.
+    purged_sentinel(&env, 3000).await;
     let states = env.states("purged").await;
     let age_ms = (now_ns() - acked_at) / 1_000_000;
     if age_ms < 900 {
@@ -475,7 +477,8 @@ async fn purge_removes_acked_rows_only() {
         left.len(),
         left.iter().take(5).collect::<Vec<_>>()
     );
-    tokio::time::sleep(secs(2.0)).await;
+    // Another purge over them.
+    purged_sentinel(&env, 3001).await;
     assert_eq!(
         env.states("purged")
             .await
@@ -484,6 +487,24 @@ async fn purge_removes_acked_rows_only() {
             .collect::<Vec<_>>(),
         keep,
         "unacked rows and time_acked = 0 rows are never purged"
+    );
+}
+
+/// Writes row `id` of `purged` acked a minute ago and waits until the purger has deleted it:
+/// proof that a purge ran over every row written before it.
+async fn purged_sentinel(env: &Env, id: i64) {
+    env.direct(&format!(
+        "insert into purged(id, time_acked, time_next, message) values ({id}, {}, NULL, 'old')",
+        now_ns() - 60 * SEC
+    ))
+    .await;
+    let gone =
+        crate::support::eventually(20, async || !env.states("purged").await.contains_key(&id))
+            .await;
+    assert!(
+        gone,
+        "row {id}, acked long ago, not purged within 20 s\n{}",
+        env.log()
     );
 }
 
@@ -501,10 +522,14 @@ async fn dropping_a_busy_table_logs_no_failure() {
         ))
         .await;
         let stream = env.stream("d").await;
+        // The scenario: DROP at varied moments of the table's polls and purges (every 50 ms).
         tokio::time::sleep(secs(0.3 + 0.01 * round as f64)).await;
         env.ddl("DROP TABLE d").await;
         stream.close();
     }
+    // Each DROP was answered after its table was unloaded (its log says it is gone); a
+    // failure could only come from a poll or purge already running then, which ends within
+    // milliseconds: a grace for its log line, not a wait for an event.
     tokio::time::sleep(secs(0.5)).await;
     let log = env.proxy.log();
     let gone = format!("`{}`.`d` failed", env.db);

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::harness::{ack, assert_each_once, comment, exec, ids, now_ns, secs, Env, Stream, SEC};
-use crate::support::{wait_for_log, Proxy};
+use crate::support::{polls, wait_for_log, wait_for_polls, Proxy, LOG_POLLS};
 
 fn plain_table(name: &str, comment: &str) -> String {
     format!(
@@ -35,8 +35,9 @@ async fn messages_inserted_before_any_stream_all_arrive() {
         .await
         .expect("insert through the proxy");
     }
-    // Let the poller see them with nobody listening.
-    tokio::time::sleep(secs(1.5)).await;
+    // The proxy has seen all ten (they wait in its cache) with nobody listening.
+    env.wait_counts("early", "ten rows cached", |c| c.cached == 10)
+        .await;
     let states = env.states("early").await;
     assert!(
         states.values().all(|s| s.epoch.unwrap_or(0) == 0),
@@ -236,9 +237,17 @@ async fn direct_insert_reaches_a_waiting_stream_without_the_poller() {
     let env = Env::new("msg_direct_prompt").await;
     env.ddl(&plain_table("d", &comment("5", 10, "30", "")))
         .await;
-    let mut stream = env.stream("d").await;
-    // Whatever first poll a new stream causes happens now, not after the insert.
-    tokio::time::sleep(secs(1.0)).await;
+    // A proxy of its own, logging its polls; it loads the table as it starts.
+    let proxy = Proxy::start_with_env(&env.server.backend_url(), &[], None, &[LOG_POLLS]);
+    wait_for_log(&proxy, "`d` loaded", 10).await;
+    wait_for_log(&proxy, "binlog: following from", 15).await;
+    let d = format!("`{}`.`d`", env.db);
+    let polled = polls(&proxy, &d);
+    let mut stream = Stream::open(proxy.port(), &env.db, "STREAM * FROM d")
+        .await
+        .unwrap_or_else(|e| panic!("STREAM: {e:?}\n{}", proxy.log()));
+    // The first poll a new stream causes is over (it found nothing), not racing the insert.
+    wait_for_polls(&proxy, &d, polled).await;
     let inserted = Instant::now();
     env.direct("insert into d(id, message) values (1, 'straight to the server')")
         .await;
@@ -250,7 +259,7 @@ async fn direct_insert_reaches_a_waiting_stream_without_the_poller() {
         None => panic!(
             "a row inserted straight to the server did not reach the waiting stream within 3 s \
              (vt_poller_interval=30)\n{}",
-            env.log()
+            proxy.log()
         ),
     }
 }
@@ -321,7 +330,9 @@ async fn priority_then_oldest_first() {
         f = now - 40 * SEC,
     ))
     .await;
-    tokio::time::sleep(secs(1.2)).await;
+    // All seven in the proxy's cache before the stream comes, so its first batch picks from all.
+    env.wait_counts("prio", "seven rows cached", |c| c.cached == 7)
+        .await;
     let mut stream = env.stream("prio").await;
     let got = stream.recv_n(7, secs(4.0)).await;
     assert_eq!(
@@ -385,8 +396,18 @@ async fn null_and_zero_seeds_are_due_and_unacked() {
         "insert into seeds(id, time_next, epoch, time_acked, message) values (6, 0, 0, 0, 'acked 0')",
     )
     .await;
-    // Two poll/purge ticks (vt_purge_after=1) with nobody listening.
-    tokio::time::sleep(secs(2.5)).await;
+    // A row acked long ago, written last: once it is purged, a purge (vt_purge_after=1) has
+    // run over all of them, and the proxy has seen the six (cached) with nobody listening.
+    env.direct(&format!(
+        "insert into seeds(id, time_acked, message) values (99, {}, 'acked long ago')",
+        now_ns() - 60 * SEC
+    ))
+    .await;
+    let purged =
+        crate::support::eventually(20, async || !env.states("seeds").await.contains_key(&99)).await;
+    assert!(purged, "the purger never ran:\n{}", env.log());
+    env.wait_counts("seeds", "six rows cached", |c| c.cached == 6)
+        .await;
     let states = env.states("seeds").await;
     assert_eq!(
         states.keys().copied().collect::<Vec<_>>(),

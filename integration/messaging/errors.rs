@@ -320,6 +320,7 @@ async fn schema_changes_are_picked_up() {
                 break;
             }
             Err(Failure::Server { code: 1347, .. }) => {
+                // Retry pace until the deadline above, not a wait for something.
                 tokio::time::sleep(secs(0.5)).await;
             }
             Err(other) => panic!("STREAM * FROM behind: {other:?}"),

@@ -66,6 +66,22 @@ impl Env {
         backend_url: &str,
         args: &[&str],
     ) -> Env {
+        Env::on_url_with_config(server, db, backend_url, args, None).await
+    }
+
+    /// [`Env::new`] with `args` and a config file of `config_toml` (users, `[admin]`, ...).
+    pub async fn with_config(db: &str, args: &[&str], config_toml: &str) -> Env {
+        let server = MariaDb::shared();
+        Env::on_url_with_config(server, db, &server.backend_url(), args, Some(config_toml)).await
+    }
+
+    async fn on_url_with_config(
+        server: &'static MariaDb,
+        db: &str,
+        backend_url: &str,
+        args: &[&str],
+        config_toml: Option<&str>,
+    ) -> Env {
         {
             let mut c = Conn::new(opts(server.port(), "root", None, None))
                 .await
@@ -83,7 +99,7 @@ impl Env {
                 .expect("create the test database");
             let _ = c.disconnect().await;
         }
-        let proxy = start_proxy(backend_url, args);
+        let proxy = start_proxy(backend_url, args, config_toml);
         Env {
             server,
             proxy,
@@ -93,7 +109,7 @@ impl Env {
 
     /// Another proxy on the same server (the same database).
     pub fn second_proxy(&self) -> Proxy {
-        start_proxy(&self.server.backend_url(), &[])
+        start_proxy(&self.server.backend_url(), &[], None)
     }
 
     /// The last lines of the proxy's log, for failure messages.
@@ -158,6 +174,56 @@ impl Env {
             Ok(s) => s,
             Err(e) => panic!("{sql}: {e:?}\n--- proxy log ---\n{}", log_tail(proxy)),
         }
+    }
+
+    /// What the proxy says about `table` in `SHOW MESSAGE TABLES` (through `proxy`): the
+    /// counters a test waits on instead of sleeping (a stream the proxy has noticed is gone,
+    /// rows it has seen and cached). `None` while the table is not listed.
+    pub async fn table_counts_on(&self, proxy: &Proxy, table: &str) -> Option<TableCounts> {
+        let mut c = connect(proxy.port(), &self.db).await;
+        let rows: Vec<Row> = c
+            .query("SHOW MESSAGE TABLES")
+            .await
+            .unwrap_or_else(|e| panic!("SHOW MESSAGE TABLES: {e}"));
+        let _ = c.disconnect().await;
+        let count = |row: &Row, column: &str| row.get::<Option<u64>, _>(column).flatten();
+        rows.iter()
+            .find(|r| {
+                r.get::<String, _>("Schema").as_deref() == Some(self.db.as_str())
+                    && r.get::<String, _>("Name").as_deref() == Some(table)
+            })
+            .map(|r| TableCounts {
+                subscribers: count(r, "Subscribers").unwrap_or(0),
+                cached: count(r, "Cached").unwrap_or(0),
+                in_flight: count(r, "In_flight").unwrap_or(0),
+            })
+    }
+
+    /// Waits up to 20 s until `SHOW MESSAGE TABLES` on this env's proxy shows `table` with
+    /// counts for which `done` holds; panics with `what`, the last counts and the log if not.
+    pub async fn wait_counts(&self, table: &str, what: &str, done: impl Fn(&TableCounts) -> bool) {
+        self.wait_counts_on(&self.proxy, table, what, done).await
+    }
+
+    /// [`Env::wait_counts`] through `proxy`.
+    pub async fn wait_counts_on(
+        &self,
+        proxy: &Proxy,
+        table: &str,
+        what: &str,
+        done: impl Fn(&TableCounts) -> bool,
+    ) {
+        let mut last = None;
+        let reached = crate::support::eventually(20, async || {
+            last = self.table_counts_on(proxy, table).await;
+            last.as_ref().is_some_and(&done)
+        })
+        .await;
+        assert!(
+            reached,
+            "{what}: not within 20 s (last SHOW MESSAGE TABLES counts of {table}: {last:?})\n{}",
+            log_tail(proxy)
+        );
     }
 
     /// The state columns of every row of `table`, straight from the server, by id.
@@ -226,11 +292,18 @@ impl Env {
 /// `Proxy::start`, checked: under heavy parallelism another process can take the free port
 /// between the harness picking it and the proxy binding it; the harness then sees *that*
 /// process accept connections and returns a proxy that has already exited ("cannot listen ...
-/// Address already in use"). Retry in that case.
-fn start_proxy(backend_url: &str, args: &[&str]) -> Proxy {
+/// Address already in use"). Retry in that case: the proxy says it listens, or exits.
+fn start_proxy(backend_url: &str, args: &[&str], config_toml: Option<&str>) -> Proxy {
     for _ in 0..3 {
-        let proxy = Proxy::start(backend_url, args, None);
-        std::thread::sleep(Duration::from_millis(150));
+        let proxy = Proxy::start(backend_url, args, config_toml);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while proxy.is_alive()
+            && !proxy.log().contains("msgproxy listening on")
+            && Instant::now() < deadline
+        {
+            // How often to look, not a wait for something to happen.
+            std::thread::sleep(Duration::from_millis(20));
+        }
         if proxy.is_alive() {
             return proxy;
         }
@@ -275,6 +348,18 @@ pub async fn ack(conn: &mut Conn, table: &str, ids: &[i64]) -> u64 {
     exec(conn, &sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e:?}"))
+}
+
+/// Counters of one message table in `SHOW MESSAGE TABLES`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableCounts {
+    /// Open `STREAM`s on the table through this proxy (a closed one counts until the proxy has
+    /// noticed).
+    pub subscribers: u64,
+    /// Due messages in the proxy's cache, not yet handed to a stream.
+    pub cached: u64,
+    /// Messages handed to a stream whose claim has not finished.
+    pub in_flight: u64,
 }
 
 /// `time_next`, `epoch` and `time_acked` of one row.
@@ -367,14 +452,15 @@ impl Stream {
             thread: Some(thread),
             sql: sql.into(),
         };
-        match tokio::time::timeout(Duration::from_secs(5), cols_rx).await {
+        // Generous: a STREAM of 17 MiB (stream_sessions.rs) on a loaded machine took over 5 s.
+        match tokio::time::timeout(Duration::from_secs(20), cols_rx).await {
             Ok(Ok(Ok(columns))) => {
                 stream.columns = columns;
                 Ok(stream)
             }
             Ok(Ok(Err(f))) => Err(f),
             Ok(Err(_)) => Err(Failure::Client("stream thread died".into())),
-            Err(_) => Err(Failure::Client("no column definitions within 5 s".into())),
+            Err(_) => Err(Failure::Client("no column definitions within 20 s".into())),
         }
     }
 

@@ -177,3 +177,102 @@ async fn acks_logged_as_statements_or_minimal_images_make_room_too() {
     assert_each_once(&got, 1..=6, "all six, none twice");
     let _ = direct.disconnect().await;
 }
+
+/// A stream with a `WHERE` condition (MESSAGING.md §12) finds its own rows, but holds no more
+/// than a plain stream: `vt_max_unacked` of them, until acks (through the proxy, or straight to
+/// the server) make room.
+#[tokio::test]
+async fn a_filtered_stream_holds_at_most_vt_max_unacked_too() {
+    let mport = free_port();
+    let env = env_with_queue(
+        "msg_max_unacked_filtered",
+        &comment("30", 4, "1", ",vt_max_unacked=10"),
+        mport,
+    )
+    .await;
+    let held = || async {
+        let page = scrape(mport).await;
+        sample(
+            &page,
+            "msgproxy_message_unacked_held",
+            &[("schema", "msg_max_unacked_filtered"), ("table", "q")],
+        )
+    };
+    let open = |sql: &'static str| {
+        let env = &env;
+        async move {
+            super::harness::Stream::open(env.proxy.port(), &env.db, sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e:?}\n{}", env.log()))
+        }
+    };
+    // 40 match the condition, 20 do not.
+    env.via_proxy(&format!(
+        "insert into q(id, message) values {}",
+        (1..=60)
+            .map(|i| format!("({i}, 'm{i}')"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .await;
+
+    let mut slow = open("STREAM id, message FROM q WHERE id <= 40").await;
+    let first = slow.recv_n(10, secs(5.0)).await;
+    assert_eq!(first.len(), 10, "{}", env.log());
+    slow.expect_quiet(
+        secs(1.5),
+        "a filtered stream holding vt_max_unacked messages",
+    )
+    .await;
+
+    let mut other = open("STREAM * FROM q WHERE id <= 40").await;
+    let second = other.recv_n(10, secs(5.0)).await;
+    assert_eq!(second.len(), 10, "{}", env.log());
+    other
+        .expect_quiet(secs(1.0), "the second filtered stream at its limit too")
+        .await;
+    assert_eq!(held().await, Some(20.0), "two streams hold 10 each");
+
+    // ACK through the proxy makes room for the slow stream...
+    let mut c = env.proxy_conn().await;
+    assert_eq!(ack(&mut c, "q", &ids(&first)).await, 10);
+    let third = slow.recv_n(10, secs(5.0)).await;
+    assert_eq!(third.len(), 10, "{}", env.log());
+    // ...and so does the Vitess SQL ack straight to the server, seen in the binlog.
+    env.direct(&format!(
+        "update q set time_acked = {}, time_next = null where id in ({}) and time_acked is null",
+        super::harness::now_ns(),
+        ids(&second)
+            .iter()
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+    .await;
+    let fourth = other.recv_n(10, secs(5.0)).await;
+    assert_eq!(fourth.len(), 10, "{}", env.log());
+
+    let all: Vec<i64> = [&first, &second, &third, &fourth]
+        .into_iter()
+        .flat_map(|m| ids(m))
+        .collect();
+    assert_each_once(&all, 1..=40, "the 40 that match, none twice");
+    slow.expect_quiet(secs(1.0), "nothing left that matches")
+        .await;
+    assert_eq!(held().await, Some(20.0), "the last 20 are not acked yet");
+
+    // A filtered stream that ends holds nothing any more; acks release the other's.
+    drop(slow);
+    assert_eq!(ack(&mut c, "q", &ids(&fourth)).await, 10);
+    let deadline = std::time::Instant::now() + secs(10.0);
+    while held().await != Some(0.0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still held: {:?}\n{}",
+            held().await,
+            env.log()
+        );
+        tokio::time::sleep(secs(0.1)).await;
+    }
+    let _ = c.disconnect().await;
+}

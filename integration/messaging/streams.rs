@@ -67,16 +67,22 @@ async fn two_streams_share_and_the_survivor_takes_over() {
         1..=20,
         "20 messages over two streams within one ack window",
     );
+    // Both take part. Not "about evenly": a stream still writing its batch is passed over, so
+    // the split follows the clients' speed, and on a loaded machine one slow reader got only
+    // its first batch (A [1, 2], B the other 18).
     assert!(
-        ids_a.len() >= 4 && ids_b.len() >= 4,
-        "round-robin in batches of at most 2 should split 20 messages about evenly; \
+        !ids_a.is_empty() && !ids_b.is_empty(),
+        "round-robin in batches of at most 2 should give both streams work; \
          A got {ids_a:?}, B got {ids_b:?}"
     );
 
     let mut acker = env.proxy_conn().await;
     assert_eq!(ack(&mut acker, "shared", &ids_b).await, ids_b.len() as u64);
     a.close();
-    tokio::time::sleep(secs(0.3)).await;
+    env.wait_counts("shared", "the proxy notices A is gone", |c| {
+        c.subscribers == 1
+    })
+    .await;
 
     let mut c = env.proxy_conn().await;
     for id in 21..=30 {
@@ -235,13 +241,19 @@ async fn a_disconnected_stream_is_dropped_at_once() {
         .await;
     assert_eq!(a.recv(secs(2.0)).await.map(|m| m.id), Some(1));
     a.close();
-    tokio::time::sleep(secs(0.3)).await;
+    env.wait_counts("gone", "the proxy notices A is gone", |c| {
+        c.subscribers == 0
+    })
+    .await;
 
     env.via_proxy("insert into gone(id, message) values (2, 'nobody listening')")
         .await;
     env.via_proxy("insert into gone(id, message) values (3, 'nobody listening')")
         .await;
-    tokio::time::sleep(secs(0.5)).await;
+    // The proxy has seen both rows (they wait in its cache): had it still counted A, it would
+    // have claimed them for A by now.
+    env.wait_counts("gone", "rows 2 and 3 cached", |c| c.cached == 2)
+        .await;
     let states = env.states("gone").await;
     assert_eq!(
         (states[&2].epoch, states[&3].epoch),
@@ -262,7 +274,10 @@ async fn a_disconnected_stream_is_dropped_at_once() {
     // B walks away while C is connected: new rows all go to C at once.
     let mut c = env.stream("gone").await;
     b.close();
-    tokio::time::sleep(secs(0.3)).await;
+    env.wait_counts("gone", "the proxy notices B is gone", |c| {
+        c.subscribers == 1
+    })
+    .await;
     let mut conn = env.proxy_conn().await;
     for id in 5..=8 {
         exec(
@@ -331,6 +346,7 @@ async fn purges_elsewhere_do_not_hold_up_delivery() {
                     )
                     .await;
                 }
+                // The concurrent purger's pace, part of the load under test.
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }));
@@ -506,8 +522,18 @@ async fn an_open_producer_transaction_does_not_hold_up_claims_or_acks() {
         .await
         .expect("the ACK waited for the open transaction");
     assert_eq!(acked, 5);
-    // Give the purge (each second) a turn with the transaction still open.
-    tokio::time::sleep(secs(1.5)).await;
+    // The purge (vt_purge_after=1) has deleted the acked rows with the transaction still open.
+    // It runs at each poller tick, every 30 s here: the deadline covers one.
+    let purged = crate::support::eventually(45, async || {
+        let left = env.states("m").await;
+        (1..=5).all(|id| !left.contains_key(&id))
+    })
+    .await;
+    assert!(
+        purged,
+        "rows 1-5 acked, not purged within 45 s\n{}",
+        env.log()
+    );
     let second = tokio::time::timeout(
         secs(5.0),
         exec(

@@ -75,6 +75,7 @@ where
             None => return,
             Some(state) => last = Some(state),
         }
+        // How often to look until the deadline, not a wait for something.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     panic!("{what}: not within {within:?}; last seen: {last:?}");

@@ -36,6 +36,31 @@ async fn ack_all(env: &Env, port: u16, group: &str, msgs: &[Msg]) {
     );
 }
 
+/// Waits until group `group` of `orders_events` has been saved (its row in msgproxy's table on
+/// the backend's `test` database updated) after this moment on the server's clock.
+async fn saved_since_now(env: &Env, group: &str) {
+    let mut direct = env.direct_conn().await;
+    let now: String =
+        mysql_async::prelude::Queryable::query_first(&mut direct, "SELECT CAST(NOW(6) AS CHAR)")
+            .await
+            .unwrap()
+            .unwrap();
+    let saved = crate::support::eventually(20, async || {
+        let updated: Option<String> = mysql_async::prelude::Queryable::exec_first(
+            &mut direct,
+            "SELECT CAST(updated_at AS CHAR) FROM test.msgproxy_stream_groups \
+             WHERE table_schema = ? AND table_name = 'orders_events' AND group_name = ?",
+            (env.db.as_str(), group.as_bytes()),
+        )
+        .await
+        .ok()
+        .flatten();
+        updated.is_some_and(|u| u > now)
+    })
+    .await;
+    assert!(saved, "group {group} not saved within 20 s\n{}", env.log());
+}
+
 #[tokio::test]
 async fn a_killed_proxy_resumes_the_group_with_nothing_skipped() {
     let env = Env::new("evs_restart").await;
@@ -105,14 +130,23 @@ async fn replay_from_earliest_a_timestamp_an_event_and_seek() {
     let env = Env::private("evs_replay").await;
     env.ddl(&orders_events("")).await;
     let first = insert_direct(&env, 5, 5, "a").await;
-    // One second later on the server's clock: batch two commits at or after `cut`.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The next second on the server's clock (batch one committed before it ended): batch two
+    // commits at or after `cut`.
     let mut c = env.direct_conn().await;
-    let cut: String =
+    let mut now = async || -> String {
         mysql_async::prelude::Queryable::query_first(&mut c, "SELECT CAST(NOW() AS CHAR)")
             .await
             .unwrap()
-            .unwrap();
+            .unwrap()
+    };
+    let after_first = now().await;
+    let mut cut = after_first.clone();
+    let ticked = crate::support::eventually(20, async || {
+        cut = now().await;
+        cut > after_first
+    })
+    .await;
+    assert!(ticked, "the server's clock stood at {after_first}");
     let _ = c.disconnect().await;
     let second = insert_direct(&env, 5, 5, "b").await;
 
@@ -302,8 +336,8 @@ async fn xa_transactions_become_events_at_commit_also_across_a_restart() {
         "the prepared rows wait for their commit"
     );
     // Not acked: the group's saved position is at this later event, and must still reach back
-    // to x1's prepare. (Saved within 50 ms.)
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // to x1's prepare. Saved within 50 ms: wait for a save after the delivery.
+    saved_since_now(&env, "g").await;
     s.close();
     // The proxy dies while x1 is prepared; its group must still find x1's rows.
     env.proxy.kill();
@@ -407,5 +441,37 @@ async fn a_proxy_stopped_with_sigterm_hands_its_group_over_at_once() {
     let expected: BTreeSet<i64> = first[2..].iter().copied().collect();
     assert_eq!(rows, expected, "the unacked events, not the acked");
     a.close();
+    b.close();
+}
+
+/// A group whose streams all went to another proxy (consumers that reconnect through a load
+/// balancer do this) is handed over within a few seconds: the serving proxy, left without
+/// streams and with nothing in flight, gives the group up soon (it used to keep it, and its
+/// lease, for 30 s while the other proxy's streams got nothing).
+#[tokio::test]
+async fn a_group_whose_streams_all_moved_to_another_proxy_is_handed_over_soon() {
+    let env = Env::new("evs_moved").await;
+    env.ddl(&orders_events(",ack_wait=60")).await;
+    let other = env.second_proxy();
+    let mut a = stream(&env, "* FROM orders_events GROUP 'g'").await;
+    let mut b = stream_on(&env, other.port(), "* FROM orders_events GROUP 'g'").await;
+    let first = insert_direct(&env, 6, 6, "a").await;
+    let got = a.recv_n(6, secs(20)).await;
+    assert_eq!(row_ids(&got), first);
+    b.expect_quiet(secs(1), "the group is served by the first proxy")
+        .await;
+    ack_all(&env, env.proxy.port(), "g", &got[..2]).await;
+    // The first proxy's only stream goes; the proxy itself stays up.
+    a.close();
+    let started = std::time::Instant::now();
+    let taken = b.recv_n(4, secs(10)).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let rows: BTreeSet<i64> = row_ids(&taken).into_iter().collect();
+    let expected: BTreeSet<i64> = first[2..].iter().copied().collect();
+    assert_eq!(rows, expected, "the unacked events, not the acked");
     b.close();
 }

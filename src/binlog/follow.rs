@@ -204,6 +204,11 @@ pub struct Follower<T> {
     /// Where the last event read ends.
     last_end: u64,
     moved: bool,
+    /// The GTID of the last committed transaction of each domain (MariaDB): where to resume on
+    /// another server.
+    gtids: super::gtid::GtidState,
+    /// The GTID of the transaction being read, committed with it.
+    pending_gtid: Option<super::gtid::Gtid>,
     /// Reasons already logged for reading a table by polls (logged once each).
     told: HashSet<String>,
 }
@@ -219,6 +224,8 @@ impl<T: TableHandle> Follower<T> {
             committed: start.pos,
             last_end: start.pos,
             moved: false,
+            gtids: super::gtid::GtidState::default(),
+            pending_gtid: None,
             told: HashSet::new(),
         }
     }
@@ -231,11 +238,24 @@ impl<T: TableHandle> Follower<T> {
         }
     }
 
+    /// Starts the GTID state at the server's (`@@gtid_binlog_pos` read with the start position),
+    /// or carries it over from an earlier stream.
+    pub fn with_gtids(mut self, gtids: super::gtid::GtidState) -> Self {
+        self.gtids = gtids;
+        self
+    }
+
+    /// The GTIDs of the last committed transactions, per domain.
+    pub fn gtids(&self) -> &super::gtid::GtidState {
+        &self.gtids
+    }
+
     /// The position, if it moved since the last call.
     pub fn take_moved(&mut self) -> Option<BinlogPosition> {
         std::mem::take(&mut self.moved).then(|| self.position())
     }
 
+    #[cfg(test)]
     /// Whether a transaction is being read (its changes are not applied yet).
     pub fn in_transaction(&self) -> bool {
         self.tx.state != TxState::Idle
@@ -258,6 +278,7 @@ impl<T: TableHandle> Follower<T> {
             t if MARIADB_COMPRESSED_ROWS_EVENTS.contains(&t) => self.rows(event, false),
             MARIADB_GTID_EVENT => {
                 self.begin(sink);
+                self.pending_gtid = super::gtid::from_event(header.server_id(), event.data());
                 // seq_no (8 bytes), domain_id (4), flags2 (1).
                 let flags2 = event.data().get(12).copied().unwrap_or(0);
                 self.tx.state = if flags2 & MARIADB_FL_STANDALONE != 0 {
@@ -286,6 +307,9 @@ impl<T: TableHandle> Follower<T> {
         if self.tx.state == TxState::Idle && self.committed != self.last_end {
             self.committed = self.last_end;
             self.moved = true;
+            if let Some(gtid) = self.pending_gtid.take() {
+                self.gtids.committed(gtid);
+            }
         }
     }
 

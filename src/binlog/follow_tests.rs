@@ -428,3 +428,21 @@ fn rotate_body(pos: u64, name: &[u8]) -> Vec<u8> {
     b.extend_from_slice(name);
     b
 }
+
+/// The GTID of a transaction counts once it commits (where the watcher resumes on another
+/// server), not while it is being read.
+#[test]
+fn gtids_move_at_commit() {
+    let mut h = Harness::new();
+    h.follower = Follower::new(&BinlogPosition {
+        file: "mysql-bin.000001".into(),
+        pos: 4,
+    })
+    .with_gtids(crate::binlog::gtid::GtidState::parse("0-1-0,100-3-9").unwrap());
+    h.gtid(false);
+    assert_eq!(h.follower.gtids().to_string(), "0-1-0,100-3-9");
+    h.query("BEGIN");
+    assert_eq!(h.follower.gtids().to_string(), "0-1-0,100-3-9");
+    h.xid();
+    assert_eq!(h.follower.gtids().to_string(), "0-1-1,100-3-9");
+}

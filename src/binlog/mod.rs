@@ -20,6 +20,7 @@
 //! claim re-checks every row), and whatever cannot be read exactly becomes a poll.
 
 pub mod follow;
+pub mod gtid;
 pub mod prereq;
 pub mod rows;
 pub mod statement;

@@ -13,16 +13,25 @@
 //!   gap it asks every manager to poll, which also covers rows that became due meanwhile.
 //! - **Prerequisites**: missing ones are logged in one line ([`prereq::summary`]) and the
 //!   watcher stays in [`BinlogMode::PollOnly`], checking again every [`RECHECK_INTERVAL`].
+//! - **Another server** (`crate::cluster` switched): the stream on the old server ends and
+//!   the watcher resumes on the new one by MariaDB GTID, right after the last transaction it
+//!   handled (`@slave_connect_state`, strict mode, so a server that lacks that transaction
+//!   says so instead of starting elsewhere). Without a GTID to resume from (MySQL, or the new
+//!   server does not have it) it logs so and starts from the new server's current position;
+//!   the poll after every gap reads every message table back.
 //! - **Shutdown**: every wait `select!`s on the proxy's cancellation token.
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_core::Stream;
 use mysql_async::prelude::Queryable;
 use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts, Row};
+
+use super::gtid::GtidState;
+use crate::cluster::{Backends, Current};
 use mysql_common::binlog::events::Event;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
@@ -32,12 +41,11 @@ use tracing::{debug, info, warn};
 use super::follow::{Ddl, Follower, Sink, TableHandle};
 use super::prereq::{self, Missing};
 use super::rows::RowChange;
-use super::statement::names_identifier;
 use super::{BinlogActivity, BinlogMode, BinlogPosition, BinlogStatus};
-use crate::config::BackendTarget;
 use crate::messaging::engine::{Engine, Lookup};
 use crate::messaging::manager::TableManager;
 use crate::messaging::table::MessageTable;
+use crate::sql::names_identifier;
 
 /// How often the server sends a heartbeat when it has no events for us.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -58,9 +66,9 @@ pub struct BinlogWatcher {
 }
 
 impl BinlogWatcher {
-    /// Starts following the binlog of `backend` for `engine`, until `shutdown`.
+    /// Starts following the binlog of the backend in use for `engine`, until `shutdown`.
     pub fn start(
-        backend: &BackendTarget,
+        backends: Arc<Backends>,
         engine: Arc<Engine>,
         shutdown: CancellationToken,
     ) -> BinlogWatcher {
@@ -71,7 +79,7 @@ impl BinlogWatcher {
             server_id,
             sessions: 0,
         });
-        let opts = backend.mysql_async_opts();
+        let switches = backends.subscribe();
         let reload = Arc::new(Notify::new());
         let activity = Arc::new(BinlogActivity::default());
         tokio::spawn(reload_on_ddl(
@@ -80,7 +88,8 @@ impl BinlogWatcher {
             shutdown.clone(),
         ));
         let watcher = Watcher {
-            opts: opts.into(),
+            switches,
+            gtids: Arc::default(),
             engine,
             reload,
             shutdown,
@@ -93,11 +102,6 @@ impl BinlogWatcher {
             activity,
             task: tokio::spawn(watcher.run()),
         }
-    }
-
-    /// The watcher's state now.
-    pub fn status(&self) -> BinlogStatus {
-        self.status.borrow().clone()
     }
 
     /// A receiver that sees every change of the status.
@@ -169,6 +173,8 @@ enum End {
         at: BinlogPosition,
         why: String,
     },
+    /// The backend in use is another server now.
+    Switched,
     /// The server no longer has the position (the reason).
     PositionGone {
         at: BinlogPosition,
@@ -182,7 +188,11 @@ enum End {
 }
 
 struct Watcher {
-    opts: Opts,
+    /// The backend in use, and its switches.
+    switches: watch::Receiver<Current>,
+    /// The GTIDs of the last committed transactions read (MariaDB), kept by the reader: where
+    /// to resume on another server.
+    gtids: Arc<Mutex<Option<GtidState>>>,
     engine: Arc<Engine>,
     reload: Arc<Notify>,
     shutdown: CancellationToken,
@@ -198,6 +208,8 @@ impl Watcher {
             self.server_id, self.server_id
         );
         let mut resume: Option<BinlogPosition> = None;
+        // The server `resume` is a position of (its switch count).
+        let mut resume_generation = self.switches.borrow().generation;
         let mut backoff = Backoff::new();
         let mut told: Option<String> = None;
         let mut outage: Option<Instant> = None;
@@ -205,8 +217,9 @@ impl Watcher {
         // Set once anything went wrong or a stream ended: what happened meanwhile is polled for.
         let mut gap = false;
         while !self.shutdown.is_cancelled() {
-            let wait = match self.open(resume.clone()).await {
-                Ok((stream, start)) => {
+            let wait = match self.open(resume.clone(), resume_generation).await {
+                Ok((stream, start, generation)) => {
+                    resume_generation = generation;
                     told = None;
                     if std::mem::take(&mut gap) {
                         // Whatever happened while no stream was open (rows that became due,
@@ -215,13 +228,19 @@ impl Watcher {
                             m.request_poll();
                         }
                     }
+                    // A GTID start has no file yet: the server names it in the first rotate.
+                    let from = if start.file.is_empty() {
+                        "the GTID above".to_string()
+                    } else {
+                        start.to_string()
+                    };
                     match outage.take() {
                         Some(since) => info!(
-                            "binlog: following again from {start} after {:.1?}; every message \
+                            "binlog: following again from {from} after {:.1?}; every message \
                              table is polled to cover the gap",
                             since.elapsed()
                         ),
-                        None => info!("binlog: following from {start}"),
+                        None => info!("binlog: following from {from}"),
                     }
                     sessions += 1;
                     self.engine.set_binlog_following(true);
@@ -231,13 +250,25 @@ impl Watcher {
                         s.sessions = sessions;
                     });
                     let opened = Instant::now();
-                    let end = self.follow(stream, start).await;
+                    let end = self.follow(stream, start.clone()).await;
                     gap = true;
                     if opened.elapsed() > HEALTHY_AFTER {
                         backoff.reset();
                     }
                     match end {
                         End::Shutdown => break,
+                        End::Switched => {
+                            info!(
+                                "binlog: the backend in use is now {}; resuming there",
+                                self.switches.borrow().target.address()
+                            );
+                            resume = Some(self.status.borrow().position.clone().unwrap_or(start));
+                            self.set_mode(BinlogMode::Reconnecting(
+                                "the backend in use changed".into(),
+                            ));
+                            outage = Some(Instant::now());
+                            continue;
+                        }
                         End::Lost { at, why } => {
                             warn!("binlog: the stream broke at {at} ({why}); reconnecting");
                             resume = Some(at);
@@ -301,8 +332,12 @@ impl Watcher {
                     backoff.next_wait()
                 }
             };
+            // A switch ends the wait: the new server is writable now.
+            let mut switches = self.switches.clone();
+            switches.borrow_and_update();
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
+                _ = switches.changed() => {}
                 _ = self.shutdown.cancelled() => break,
             }
         }
@@ -319,15 +354,20 @@ impl Watcher {
         });
     }
 
-    /// Connects, checks the prerequisites and opens the stream at `resume` (or at the current
-    /// position).
+    /// Connects to the backend in use, checks the prerequisites and opens the stream at
+    /// `resume` (a position on the server of switch `resume_generation`): there, or on another
+    /// server right after the last GTID read, or else at the current position. Returns the
+    /// stream, where it starts and the switch count of its server.
     async fn open(
         &mut self,
         resume: Option<BinlogPosition>,
-    ) -> Result<(BinlogStream, BinlogPosition), OpenError> {
+        resume_generation: u64,
+    ) -> Result<(BinlogStream, BinlogPosition, u64), OpenError> {
         let failed =
             |what: &str, e: &dyn std::fmt::Display| OpenError::Failed(format!("{what}: {e}"));
-        let mut conn = within(Conn::new(self.opts.clone()))
+        let server = self.switches.borrow_and_update().clone();
+        let opts: Opts = server.target.mysql_async_opts().into();
+        let mut conn = within(Conn::new(opts))
             .await
             .map_err(|e| failed("cannot connect", &e))?;
         let names = prereq::VARIABLES
@@ -348,6 +388,15 @@ impl Watcher {
             .ok()
             .flatten();
         let grantee = prereq::grantee(current_user.as_deref().unwrap_or("?@%"));
+        // Read before the position: a transaction committed between the two is then read again
+        // after a switch (harmless), never skipped.
+        let server_gtids: Option<GtidState> =
+            within(conn.query_first::<Option<String>, _>("SELECT @@gtid_binlog_pos"))
+                .await
+                .ok()
+                .flatten()
+                .flatten()
+                .and_then(|text| GtidState::parse(&text));
         let current = match within(current_position(&mut conn)).await {
             Ok(p) => p,
             Err(e) if is_access_denied(&e) => {
@@ -364,10 +413,48 @@ impl Watcher {
             }
             return Err(OpenError::Prerequisites(missing, grantee));
         }
-        let start = match (resume, current) {
-            (Some(p), _) => p,
-            (None, Some(p)) => p,
-            (None, None) => return Err(OpenError::Prerequisites(vec![Missing::LogBin], grantee)),
+        // On another server than the one `resume` is a position of: by GTID, or from scratch.
+        let mut by_gtid: Option<GtidState> = None;
+        let resume = match resume {
+            Some(p) if server.generation != resume_generation => {
+                let last = self.gtids.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                match last {
+                    Some(g) if !g.is_empty() && server_gtids.is_some() => {
+                        info!(
+                            "binlog: resuming on {} after GTID {g} (the last transaction read \
+                             on the previous server, at {p})",
+                            server.target.address()
+                        );
+                        by_gtid = Some(g);
+                    }
+                    _ => warn!(
+                        "binlog: cannot resume on {} where the previous server's stream ended \
+                         ({p}): no GTID to resume from (MariaDB GTIDs are needed); following \
+                         from its current position, and every message table is polled",
+                        server.target.address()
+                    ),
+                }
+                None
+            }
+            // A GTID start whose stream ended before the server named its file: no position.
+            Some(p) if p.file.is_empty() => None,
+            other => other,
+        };
+        let start = match (&by_gtid, resume, current) {
+            // The server tells the file and offset in the stream's first (artificial) rotate.
+            (Some(_), _, _) => BinlogPosition {
+                file: String::new(),
+                pos: 4,
+            },
+            (None, Some(p), _) => p,
+            (None, None, Some(p)) => {
+                // From the current position: the GTID state is the server's now.
+                *self.gtids.lock().unwrap_or_else(|e| e.into_inner()) = server_gtids;
+                p
+            }
+            (None, None, None) => {
+                return Err(OpenError::Prerequisites(vec![Missing::LogBin], grantee))
+            }
         };
         if vars.get("server_id").and_then(|v| v.parse::<u32>().ok()) == Some(self.server_id) {
             // The backend itself has our id (only by chance): a replica may not share it.
@@ -386,6 +473,12 @@ impl Watcher {
             // instead of replacing them with BEGIN and dummy events.
             setup.push("SET @mariadb_slave_capability = 4".to_string());
         }
+        if let Some(gtids) = &by_gtid {
+            // A dump by GTID: the server starts right after these transactions, and in strict
+            // mode fails (1236) when it does not have them, instead of guessing.
+            setup.push(format!("SET @slave_connect_state = '{gtids}'"));
+            setup.push("SET @slave_gtid_strict_mode = 1".to_string());
+        }
         for sql in setup {
             within(conn.query_drop(sql))
                 .await
@@ -397,7 +490,7 @@ impl Watcher {
             .with_filename(start.file.as_bytes())
             .with_pos(start.pos);
         match within(conn.get_binlog_stream(request)).await {
-            Ok(stream) => Ok((stream, start)),
+            Ok(stream) => Ok((stream, start, server.generation)),
             Err(e) if is_access_denied(&e) => Err(OpenError::Prerequisites(
                 vec![Missing::ReplicationSlave],
                 grantee,
@@ -411,7 +504,8 @@ impl Watcher {
     /// does not exist, the server checks the privilege first and then fails on the name (or on
     /// the binlog being off). Unsure answers count as yes.
     async fn may_replicate(&self) -> bool {
-        let Ok(conn) = within(Conn::new(self.opts.clone())).await else {
+        let opts: Opts = self.switches.borrow().target.mysql_async_opts().into();
+        let Ok(conn) = within(Conn::new(opts)).await else {
             return true;
         };
         let request = BinlogStreamRequest::new(self.server_id)
@@ -438,12 +532,18 @@ impl Watcher {
         let status = self.status.clone();
         let shutdown = self.shutdown.clone();
         let activity = self.activity.clone();
+        let mut switches = self.switches.clone();
+        switches.borrow_and_update();
         let task = tokio::spawn(read_stream(
             stream,
             start.clone(),
             sink,
             status,
-            shutdown,
+            Watched {
+                shutdown,
+                switches,
+                gtids: self.gtids.clone(),
+            },
             activity,
         ));
         match task.await {
@@ -463,21 +563,43 @@ impl Watcher {
     }
 }
 
+/// What ends a stream from outside, and where the reader leaves the GTIDs it read.
+struct Watched {
+    shutdown: CancellationToken,
+    switches: watch::Receiver<Current>,
+    gtids: Arc<Mutex<Option<GtidState>>>,
+}
+
 async fn read_stream(
     mut stream: BinlogStream,
     start: BinlogPosition,
     sink: EngineSink,
     status: watch::Sender<BinlogStatus>,
-    shutdown: CancellationToken,
+    watched: Watched,
     activity: Arc<BinlogActivity>,
 ) -> End {
-    let mut follower: Follower<Arc<TableManager>> = Follower::new(&start);
+    let Watched {
+        shutdown,
+        mut switches,
+        gtids,
+    } = watched;
+    let known = gtids.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut follower: Follower<Arc<TableManager>> =
+        Follower::new(&start).with_gtids(known.clone().unwrap_or_default());
+    // Only MariaDB has GTIDs to resume from (the server answered `@@gtid_binlog_pos`).
+    let keep_gtids = known.is_some();
     loop {
         let next = tokio::select! {
             biased;
             _ = shutdown.cancelled() => {
                 let _ = tokio::time::timeout(Duration::from_secs(1), stream.close()).await;
                 return End::Shutdown;
+            }
+            // The old server may be gone or read-only now: what it still sends is not read;
+            // the new server's stream starts right after the last transaction handled here.
+            _ = switches.changed() => {
+                drop(stream);
+                return End::Switched;
             }
             next = tokio::time::timeout(STALL_TIMEOUT, next_event(&mut stream)) => next,
         };
@@ -512,6 +634,9 @@ async fn read_stream(
         follower.handle(&event, &sink);
         if let Some(position) = follower.take_moved() {
             status.send_modify(|s| s.position = Some(position));
+            if keep_gtids {
+                *gtids.lock().unwrap_or_else(|e| e.into_inner()) = Some(follower.gtids().clone());
+            }
         }
     }
 }

@@ -1,12 +1,13 @@
 //! Questions about a session's backend connection that only another connection to the server
 //! can answer (is it still running its command?) and the one action only another connection can
 //! take (end it whatever it waits for): through the message engine's pool, logged in as the
-//! proxy's own backend user, which every backend session is.
+//! proxy's own backend user, which every backend session is. With several servers, only while
+//! the session's server is still the one the pool goes to: a thread id names another session,
+//! or none, on another server.
 
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::Pool;
 use tracing::debug;
 
 use crate::relay::{BackendSessions, BoxFuture};
@@ -18,12 +19,14 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
 /// [`BackendSessions`] over a `mysql_async` pool.
 pub struct PoolSessions {
-    pool: Pool,
+    pool: crate::cluster::SharedPool,
+    /// The switch count of the sessions' server (`crate::cluster::Backends::generation`).
+    generation: u64,
 }
 
 impl PoolSessions {
-    pub fn new(pool: Pool) -> PoolSessions {
-        PoolSessions { pool }
+    pub fn new(pool: crate::cluster::SharedPool, generation: u64) -> PoolSessions {
+        PoolSessions { pool, generation }
     }
 }
 
@@ -31,7 +34,7 @@ impl BackendSessions for PoolSessions {
     fn is_idle(&self, connection_id: u32) -> BoxFuture<'_, Option<bool>> {
         Box::pin(async move {
             let ask = async {
-                let mut conn = self.pool.get_conn().await.ok()?;
+                let mut conn = self.pool.get_conn_at(self.generation).await?.ok()?;
                 let command: Option<String> = conn
                     .exec_first(
                         "SELECT COMMAND FROM information_schema.PROCESSLIST WHERE ID = ?",
@@ -53,8 +56,12 @@ impl BackendSessions for PoolSessions {
     fn kill(&self, connection_id: u32) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let kill = async {
-                let mut conn = self.pool.get_conn().await?;
-                conn.query_drop(format!("KILL CONNECTION {connection_id}"))
+                let Some(conn) = self.pool.get_conn_at(self.generation).await else {
+                    // Its server is not the one in use any more: the session goes with it.
+                    return Ok(());
+                };
+                conn?
+                    .query_drop(format!("KILL CONNECTION {connection_id}"))
                     .await
             };
             let Ok(result) = tokio::time::timeout(ANSWER_WITHIN, kill).await else {

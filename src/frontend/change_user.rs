@@ -123,10 +123,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 .await
                 .map_err(SessionEnd::Client)?;
         }
+        let target = self.backend.target.clone();
         let reply = self
             .backend
             .change_user(
-                &self.ctx.config.backend,
+                &target,
                 request.database,
                 request.charset,
                 request.connect_attrs,

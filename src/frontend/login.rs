@@ -45,7 +45,7 @@ where
                 other => ErrorPacket::new(
                     ER_CONNECT_TO_FOREIGN_DATA_SOURCE,
                     "08004",
-                    format!("msgproxy cannot reach its backend MySQL server ({}): {other}; retry when it is back", ctx.config.backend.address()),
+                    format!("msgproxy cannot reach its backend MySQL server ({}): {other}; retry when it is back", ctx.backend_target().address()),
                 ),
             };
             ctx.refusals.clone().refuse(stream, err).await;
@@ -241,7 +241,8 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     let Some(Fresh { mut backend, .. }) = backend.take() else {
         return Ok(None);
     };
-    let reply = match backend.login(&ctx.config.backend, &response).await {
+    let target = backend.target.clone();
+    let reply = match backend.login(&target, &response).await {
         Ok(r) => r,
         Err(e) => {
             ctx.metrics

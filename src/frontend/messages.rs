@@ -343,8 +343,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
         sql.push_str(") AND ");
         sql.push_str(state::UNACKED_SQL);
-        self.send_statement(sql.as_bytes()).await?;
-        let end = self.forward_results_holding_end().await?;
+        let end = self.run_retrying_conflicts(sql.as_bytes()).await?;
         // Counted before the client sees the OK: a scrape it makes afterwards includes it.
         if !self.relay.failed {
             manager.stats().record_acked(self.relay.affected_rows);
@@ -478,7 +477,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             }
             // A query of several statements that failed may have run its DDL before the error.
             keyword
-                if keyword.is_ddl()
+                if crate::sql::is_ddl(keyword, sql)
                     && (!self.relay.failed
                         || self.multi_statements
                             && crate::sql::current_db::may_hold_several(sql)) =>

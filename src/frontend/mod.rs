@@ -3,6 +3,7 @@
 
 mod backend_sessions;
 mod change_user;
+mod conflicts;
 mod event_streams;
 mod interrupts;
 mod login;
@@ -29,8 +30,6 @@ use crate::config::{Config, Secret, User};
 use crate::protocol::commands::ER_CON_COUNT_ERROR;
 use crate::protocol::wire::ErrorPacket;
 
-pub use login::VERSION_SUFFIX;
-
 /// What every session shares.
 pub struct Context {
     pub config: Config,
@@ -54,27 +53,32 @@ pub struct Context {
     pub backend_sessions: Option<Arc<dyn crate::relay::BackendSessions>>,
     /// Backend connections no client logged in on, for the next client.
     pub spares: Arc<spares::Spares>,
+    /// The configured servers and the one in use (`crate::cluster`).
+    pub backends: Arc<crate::cluster::Backends>,
     implicit_root: User,
 }
 
 impl Context {
+    /// What sessions share, over the servers the engine already follows.
     pub fn new(
         config: Config,
         shutdown: CancellationToken,
         engine: Option<Arc<crate::messaging::engine::Engine>>,
+        backends: Arc<crate::cluster::Backends>,
     ) -> Result<Context, tls::TlsSetupError> {
         let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
         let socket_literal = crate::sql::socket_literal(config.listen_socket.as_deref());
         let refusals =
             refusal::Refusals::new(tls.clone(), config.handshake_timeout, refusal::MAX_GREETING);
         let backend_sessions = engine.as_ref().map(|engine| {
-            Arc::new(backend_sessions::PoolSessions::new(engine.pool()))
+            Arc::new(backend_sessions::PoolSessions::new(engine.pool(), 0))
                 as Arc<dyn crate::relay::BackendSessions>
         });
         Ok(Context {
             backend_sessions,
             refusals,
-            spares: spares::Spares::new(config.backend.clone(), shutdown.clone()),
+            spares: spares::Spares::new(backends.clone(), shutdown.clone()),
+            backends,
             socket_literal,
             config,
             tls,
@@ -88,6 +92,27 @@ impl Context {
                 secret: Secret::Plain(Vec::new()),
             },
         })
+    }
+
+    /// The server new backend connections go to now.
+    pub fn backend_target(&self) -> crate::config::BackendTarget {
+        self.backends.current()
+    }
+
+    /// Where a session whose backend connection was made at switch `generation` asks about it:
+    /// nowhere once the engine's pool has moved to another server.
+    pub fn backend_sessions_for(
+        &self,
+        generation: u64,
+    ) -> Option<Arc<dyn crate::relay::BackendSessions>> {
+        if generation == 0 {
+            return self.backend_sessions.clone();
+        }
+        let engine = self.engine.as_ref()?;
+        Some(Arc::new(backend_sessions::PoolSessions::new(
+            engine.pool(),
+            generation,
+        )))
     }
 
     /// The configured user of that name; with no users configured, only `root` with an empty

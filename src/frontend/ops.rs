@@ -63,13 +63,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if self.relay.failed || self.relay.affected_rows == 0 {
             return;
         }
-        if !crate::binlog::statement::names_identifier(sql, b"time_acked") {
+        if !crate::sql::names_identifier(sql, b"time_acked") {
             return;
         }
         let mut tables = engine.tables_mentioned(sql);
-        tables.retain(|m| {
-            crate::binlog::statement::names_identifier(sql, m.definition().name.as_bytes())
-        });
+        tables.retain(|m| crate::sql::names_identifier(sql, m.definition().name.as_bytes()));
         if let [table] = tables.as_slice() {
             table.stats().record_acked(self.relay.affected_rows);
         }

@@ -162,7 +162,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         peer: super::Peer,
         database: Option<&[u8]>,
     ) -> Self {
-        let watch = BackendWatch::new(backend.greeting.connection_id, ctx.backend_sessions.clone());
+        let watch = BackendWatch::new(
+            backend.greeting.connection_id,
+            ctx.backend_sessions_for(backend.generation),
+        );
         Session {
             ctx,
             client,
@@ -238,7 +241,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     "08S01",
                     format!(
                         "Lost connection to the backend MySQL server ({}) during the query: {end}; msgproxy has closed this session, reconnect to continue",
-                        self.ctx.config.backend.address()
+                        self.backend.target.address()
                     ),
                 );
                 let _ = write_packet(
@@ -366,7 +369,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                         self.relay_statement(&statement, ResponseKind::Results)
                             .await?
                     }
-                    None if classification.keyword.is_ddl()
+                    None if sql::is_ddl(classification.keyword, statement)
                         || classification.keyword == sql::Keyword::Update =>
                     {
                         // The engine reloads before the client sees the OK, so the table the

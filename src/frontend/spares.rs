@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::backend::{Backend, BackendError};
-use crate::config::BackendTarget;
+use crate::cluster::Backends;
 use crate::protocol::handshake::HandshakeResponse;
 
 /// How long a spare is kept: half of the server's default `connect_timeout`, so it is logged in
@@ -56,7 +56,8 @@ impl Fresh {
 
 /// The spares of one proxy.
 pub struct Spares {
-    target: BackendTarget,
+    /// New connections go to the server in use; spares of an earlier one are not handed out.
+    backends: Arc<Backends>,
     list: Mutex<Vec<Fresh>>,
     /// A task retires expired spares while there are any.
     reaping: AtomicBool,
@@ -64,9 +65,9 @@ pub struct Spares {
 }
 
 impl Spares {
-    pub fn new(target: BackendTarget, shutdown: CancellationToken) -> Arc<Spares> {
+    pub fn new(backends: Arc<Backends>, shutdown: CancellationToken) -> Arc<Spares> {
         Arc::new(Spares {
-            target,
+            backends,
             list: Mutex::new(Vec::new()),
             reaping: AtomicBool::new(false),
             shutdown,
@@ -81,7 +82,9 @@ impl Spares {
             let Some(mut spare) = spare else {
                 break;
             };
-            if spare.expired(Instant::now()) {
+            if spare.expired(Instant::now())
+                || spare.backend.generation != self.backends.generation()
+            {
                 self.retire(spare);
                 continue;
             }
@@ -89,9 +92,12 @@ impl Spares {
                 return Ok(spare);
             }
         }
-        Backend::connect(&self.target, timeout)
-            .await
-            .map(Fresh::new)
+        // Read before connecting: after a switch during the connect, the connection counts as
+        // the old server's and is not handed out again.
+        let generation = self.backends.generation();
+        let mut backend = Backend::connect(&self.backends.current(), timeout).await?;
+        backend.generation = generation;
+        Ok(Fresh::new(backend))
     }
 
     /// Takes back a connection no client logged in on.
@@ -160,9 +166,9 @@ impl Spares {
     /// Logs a spare in as the proxy's backend user and quits, in a task of its own: the server
     /// then sees a connection that ended well, not one that never logged in.
     fn retire(&self, spare: Fresh) {
-        let target = self.target.clone();
         tokio::spawn(async move {
             let mut backend = spare.backend;
+            let target = backend.target.clone();
             let greeting = &backend.greeting;
             let response = HandshakeResponse {
                 capabilities: greeting.capabilities,

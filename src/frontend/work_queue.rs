@@ -115,7 +115,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let deprecate_eof = self.deprecate_eof();
         let mut redriven = 0;
         let mut status = self.relay.status;
-        for (i, step) in steps.iter().enumerate() {
+        let mut retries = 0;
+        let mut i = 0;
+        while let Some(step) = steps.get(i) {
+            i += 1;
             match self.backend.query(step, deprecate_eof).await {
                 Ok(QueryOutcome::Ok {
                     affected_rows,
@@ -127,10 +130,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     status = s;
                 }
                 Ok(QueryOutcome::Err(err)) => {
-                    if own && i > 0 {
+                    if own && i > 1 {
                         if let Err(e) = self.backend.query("ROLLBACK", deprecate_eof).await {
                             return Err(SessionEnd::Backend(std::io::Error::other(e.to_string())));
                         }
+                    }
+                    // A write conflict (Galera certification, deadlock) undid the whole
+                    // transaction of its own: run it again from its start, a few times.
+                    if own
+                        && retries < super::conflicts::CONFLICT_RETRIES
+                        && crate::protocol::wire::ErrorPacket::parse(&err).map(|e| e.code)
+                            == Some(super::conflicts::ER_LOCK_DEADLOCK)
+                    {
+                        retries += 1;
+                        tokio::time::sleep(super::conflicts::conflict_pause(retries)).await;
+                        i = 0;
+                        continue;
                     }
                     return write_packet(self.client.get_mut(), self.relay.next_seq, &err)
                         .await
@@ -170,8 +185,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         manager: &Arc<TableManager>,
         count: impl FnOnce(&TableManager, u64),
     ) -> Result<(), SessionEnd> {
-        self.send_statement(sql.as_bytes()).await?;
-        let end = self.forward_results_holding_end().await?;
+        let end = self.run_retrying_conflicts(sql.as_bytes()).await?;
         if !self.relay.failed {
             count(manager, self.relay.affected_rows);
             let following = self

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use super::engine::{Engine, TableKey};
-use crate::sql::DdlEffect;
+use crate::sql::{contains_ignore_ascii_case, DdlEffect};
 
 /// The reload a DDL statement calls for.
 #[derive(Debug, PartialEq, Eq)]
@@ -69,10 +69,4 @@ pub async fn reload(
         AfterDdl::Tables(keys) => engine.reload_tables(keys).await,
         AfterDdl::Catalog => engine.reload().await,
     }
-}
-
-fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack
-        .windows(needle.len())
-        .any(|w| w.eq_ignore_ascii_case(needle))
 }

@@ -149,6 +149,7 @@ impl DueCache {
         }
     }
 
+    #[cfg(test)]
     pub fn contains(&self, key: &[u8]) -> bool {
         self.index.contains_key(key)
     }

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use mysql_async::Pool;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -17,7 +16,8 @@ use super::manager::TableManager;
 use super::reload::{Lane, ReadTickets, ReloadError, Scope};
 use super::repeated_failure::RepeatedFailure;
 use super::table::MessageTable;
-use crate::config::BackendTarget;
+use crate::cluster::{Backends, SharedPool};
+use crate::sql::{contains_ignore_ascii_case, is_bare_identifier, names_identifier};
 
 /// How often the registry is reloaded to pick up DDL made around the proxy.
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -50,7 +50,8 @@ enum Entry {
 }
 
 pub struct Engine {
-    pool: Pool,
+    /// Follows the backend in use (`crate::cluster`).
+    pool: SharedPool,
     tables: RwLock<HashMap<TableKey, Entry>>,
     shutdown: CancellationToken,
     /// Reads of named tables (after DDL), merged (see `reload`).
@@ -64,6 +65,9 @@ pub struct Engine {
     /// every committed row change reaches the managers from the binlog, so a write relayed
     /// through the proxy needs no poll of its own.
     binlog_following: Arc<AtomicBool>,
+    /// Whether the managers count their tables' depth at each purge tick (the operator's page
+    /// is served; `messaging::depth`).
+    count_depths: Arc<AtomicBool>,
     /// A run of failed reloads (the backend away), logged once a minute, not every
     /// [`RELOAD_INTERVAL`].
     reload_failures: RepeatedFailure,
@@ -72,25 +76,30 @@ pub struct Engine {
 impl Engine {
     /// Creates the engine and loads the message tables; a backend that cannot be reached now is
     /// retried by the periodic reload.
-    pub async fn start(backend: &BackendTarget, shutdown: CancellationToken) -> Arc<Engine> {
-        // Keep a couple of connections open: with a minimum of 0 mysql_async closes every
-        // returned connection, and each poll or purge would pay a new login.
-        let constraints = mysql_async::PoolConstraints::new(2, 16).unwrap_or_default();
-        // Polls and purges name `timestamp` ids by instant; at UTC every instant has a local
-        // time of its own (in a zone with daylight saving, one hour a year repeats, and its
-        // second instants could not be named: acked rows there would never be purged).
-        let opts = backend
-            .mysql_async_opts()
-            .setup(vec!["SET time_zone = '+00:00'"])
-            .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
+    pub async fn start(backends: &Arc<Backends>, shutdown: CancellationToken) -> Arc<Engine> {
+        let make = |backend: &crate::config::BackendTarget| {
+            // Keep a couple of connections open: with a minimum of 0 mysql_async closes every
+            // returned connection, and each poll or purge would pay a new login.
+            let constraints = mysql_async::PoolConstraints::new(2, 16).unwrap_or_default();
+            // Polls and purges name `timestamp` ids by instant; at UTC every instant has a
+            // local time of its own (in a zone with daylight saving, one hour a year repeats,
+            // and its second instants could not be named: acked rows there would never be
+            // purged).
+            let opts = backend
+                .mysql_async_opts()
+                .setup(vec!["SET time_zone = '+00:00'"])
+                .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
+            mysql_async::Pool::new(opts)
+        };
         let engine = Arc::new(Engine {
-            pool: Pool::new(opts),
+            pool: SharedPool::new(backends, Box::new(make), shutdown.clone()),
             tables: RwLock::new(HashMap::new()),
             shutdown,
             named_lane: Lane::default(),
             catalog_lane: Lane::default(),
             tickets: Mutex::new(ReadTickets::default()),
             binlog_following: Arc::new(AtomicBool::new(false)),
+            count_depths: Arc::new(AtomicBool::new(false)),
             reload_failures: RepeatedFailure::default(),
         });
         if let Err(e) = engine.reload().await {
@@ -140,7 +149,7 @@ impl Engine {
 
     /// The engine's connection pool (the proxy's own backend user), for the few questions the
     /// sessions must ask of the server on another connection (`frontend::backend_sessions`).
-    pub fn pool(&self) -> Pool {
+    pub fn pool(&self) -> SharedPool {
         self.pool.clone()
     }
 
@@ -156,6 +165,12 @@ impl Engine {
                 }
             });
         }
+    }
+
+    /// Has every table's depth counted at its purge tick (`messaging::depth`): the operator's
+    /// page turns this on. One capped statement per table per `vt_poller_interval`.
+    pub fn set_count_depths(&self, on: bool) {
+        self.count_depths.store(on, Ordering::Relaxed);
     }
 
     /// Whether row changes reach the managers from the binlog (see `binlog_following`).
@@ -189,15 +204,6 @@ impl Engine {
         drop(tables);
         all.sort_by(|a, b| a.0.cmp(&b.0));
         all
-    }
-
-    /// Whether any message table is loaded (lets sessions skip all message work when none is).
-    pub fn has_tables(&self) -> bool {
-        !self
-            .tables
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
     }
 
     /// Every loaded table's manager (the binlog watcher asks them all to poll after a gap).
@@ -234,11 +240,8 @@ impl Engine {
     pub fn names_a_table(&self, sql: &[u8]) -> bool {
         let tables = self.tables.read().unwrap_or_else(|e| e.into_inner());
         tables.keys().any(|(_, name)| {
-            let bare = name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80);
-            if bare {
-                crate::binlog::statement::names_identifier(sql, name.as_bytes())
+            if is_bare_identifier(name.as_bytes()) {
+                names_identifier(sql, name.as_bytes())
             } else {
                 contains_ignore_ascii_case(sql, name.as_bytes())
                     || contains_ignore_ascii_case(sql, name.replace('`', "``").as_bytes())
@@ -397,6 +400,7 @@ impl Engine {
                     self.pool.clone(),
                     self.shutdown.child_token(),
                     self.binlog_following.clone(),
+                    self.count_depths.clone(),
                 ))
             }
             (Some(Err(why)), old) => {
@@ -440,11 +444,4 @@ fn describe(scope: &Scope) -> String {
             names.join(", ")
         }
     }
-}
-
-fn contains_ignore_ascii_case(haystack: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty()
-        && haystack
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
 }

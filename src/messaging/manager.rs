@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use mysql_async::{Pool, Value};
+use mysql_async::Value;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -51,7 +51,7 @@ pub struct TableManager {
     /// subscribers keep getting batches from the cache while the table is read.
     polling: AtomicBool,
     purging: AtomicBool,
-    pool: Pool,
+    pool: crate::cluster::SharedPool,
     stop: CancellationToken,
     next_subscriber_id: AtomicU64,
     /// The engine's: whether the binlog watcher follows the binlog, so that every ack reaches
@@ -75,26 +75,59 @@ pub struct TableManager {
     /// Dead messages and FIFO groups in flight, counted at each purge tick (for `SHOW MESSAGE
     /// TABLES` and the gauges).
     counts: Mutex<(Option<u64>, Option<u64>)>,
+    /// The engine's: whether the purge tick also counts the table's depth (the operator's page
+    /// shows it), and the last count.
+    count_depths: Arc<AtomicBool>,
+    depth: Mutex<Option<super::depth::Depth>>,
 }
 
 /// A stream with a `WHERE` condition: it is handed no batches (the manager does not know which
 /// rows match); it is told when rows may have become due, and finds and claims matching ones
 /// itself, on its own connection (so the condition runs with its session's privileges).
 pub struct DueWatch {
+    /// Its id among the table's streams (the subscribers' ids), for `vt_max_unacked`.
+    id: u64,
     manager: Arc<TableManager>,
-    /// Changes when rows may have become due.
+    /// Changes when rows may have become due, or when messages streams held stop counting
+    /// against `vt_max_unacked` (acked, deleted, their ack wait passed).
     pub due: watch::Receiver<u64>,
 }
 
 impl Drop for DueWatch {
     fn drop(&mut self) {
         self.manager.watchers.fetch_sub(1, Ordering::AcqRel);
+        // What it held waits for its ack wait like any sent message, counted for no one.
+        self.manager.lock().unacked.forget(self.id);
     }
 }
 
 impl DueWatch {
     pub fn manager(&self) -> &Arc<TableManager> {
         &self.manager
+    }
+
+    /// How many more messages this stream may be sent now: `vt_max_unacked` less what it holds
+    /// (`usize::MAX` while there is no limit).
+    pub fn room(&self) -> usize {
+        let Some(max) = self.manager.unacked_limit() else {
+            return usize::MAX;
+        };
+        let mut state = self.manager.lock();
+        state.unacked.expire(state::now_ns());
+        max.saturating_sub(state.unacked.held_by(self.id))
+    }
+
+    /// This stream claimed `sent` (the claim is committed; entries with their new `time_next`):
+    /// under `vt_max_unacked` they count as held by it until their ack or ack wait, as for a
+    /// stream the manager feeds.
+    pub fn claimed(&self, sent: &[Entry]) {
+        if self.manager.unacked_limit().is_none() {
+            return;
+        }
+        let mut state = self.manager.lock();
+        for e in sent {
+            state.unacked.record(self.id, e.key.clone(), e.time_next);
+        }
     }
 }
 
@@ -167,9 +200,10 @@ impl Subscription {
 impl TableManager {
     pub fn start(
         definition: MessageTable,
-        pool: Pool,
+        pool: crate::cluster::SharedPool,
         stop: CancellationToken,
         binlog_following: Arc<AtomicBool>,
+        count_depths: Arc<AtomicBool>,
     ) -> Arc<TableManager> {
         let capacity = definition.options.cache_size;
         let manager = Arc::new(TableManager {
@@ -192,6 +226,8 @@ impl TableManager {
             watchers: AtomicUsize::new(0),
             group_cursor: Mutex::new(None),
             counts: Mutex::new((None, None)),
+            count_depths,
+            depth: Mutex::new(None),
         });
         let runner = manager.clone();
         tokio::spawn(async move { runner.run().await });
@@ -295,6 +331,7 @@ impl TableManager {
             self.definition().options.poller_interval,
         ));
         let mut st = self.lock();
+        let held = st.unacked.total();
         st.note_change(now, LateChange::Changed(row.clone()));
         // A held message (`vt_max_unacked`) given back (`NACK`, or an UPDATE of `time_next` to
         // a moment passed) no longer counts; one kept longer (`EXTEND`) counts until its new
@@ -319,11 +356,12 @@ impl TableManager {
                 st.cache.remove(&key);
             }
         }
+        let released = st.unacked.total() < held;
         drop(st);
         if fifo && (due || done) {
             self.request_poll();
         }
-        if due {
+        if due || released {
             self.signal_due();
         }
         self.kick.notify_one();
@@ -334,13 +372,18 @@ impl TableManager {
         let mut st = self.lock();
         st.note_change(state::now_ns(), LateChange::Deleted(key.into()));
         st.skipped.remove(key);
+        let held = st.unacked.total();
         st.unacked.release(key);
+        let released = st.unacked.total() < held;
         if st.in_flight.contains(key) {
             st.changed_in_flight.insert(key.into(), None);
         }
         st.cache.remove(key);
         st.schedule.remove(key);
         drop(st);
+        if released {
+            self.signal_due();
+        }
         // FIFO groups (§11): the next message of its group may be the head now.
         if self.definition().group_column.is_some() {
             self.request_poll();
@@ -352,12 +395,14 @@ impl TableManager {
         self.watchers.fetch_add(1, Ordering::AcqRel);
         self.request_poll();
         DueWatch {
+            id: self.next_subscriber_id.fetch_add(1, Ordering::Relaxed),
             manager: self.clone(),
             due: self.due_signal.subscribe(),
         }
     }
 
-    /// Tells the [`DueWatch`]es that rows may have become due.
+    /// Tells the [`DueWatch`]es that rows may have become due, or that a stream at its
+    /// `vt_max_unacked` may have room again.
     fn signal_due(&self) {
         if self.watchers.load(Ordering::Acquire) > 0 {
             self.due_signal.send_modify(|n| *n = n.wrapping_add(1));
@@ -632,8 +677,9 @@ impl TableManager {
                 state.cache.insert(e);
             }
         }
+        let held = state.unacked.total();
         state.unacked.expire(now);
-        if !state.cache.is_empty() {
+        if !state.cache.is_empty() || state.unacked.total() < held {
             self.signal_due();
         }
         let unacked = &state.unacked;
@@ -755,8 +801,14 @@ impl TableManager {
             Ok(unacked) => {
                 let unacked: HashSet<&[u8]> = unacked.iter().map(|k| &k[..]).collect();
                 let mut state = self.lock();
+                let before = state.unacked.total();
                 for key in held.iter().filter(|k| !unacked.contains(&k[..])) {
                     state.unacked.release(key);
+                }
+                let released = state.unacked.total() < before;
+                drop(state);
+                if released {
+                    self.signal_due();
                 }
             }
             Err(e) => debug!("{}: checking held messages for acks: {e}", def.qualified()),
@@ -775,6 +827,40 @@ impl TableManager {
         )
         .await;
         *self.counts.lock().unwrap_or_else(|e| e.into_inner()) = (dead, keys);
+        if self.count_depths.load(Ordering::Relaxed) {
+            let now = state::now_ns();
+            let sql = super::depth::depth_sql(def, now);
+            use mysql_async::prelude::Queryable;
+            let depth = match conn.query_first::<(u64, u64, u64, u64), _>(sql).await {
+                Ok(Some((due, in_flight, scheduled, acked))) => Some(super::depth::Depth {
+                    due,
+                    in_flight,
+                    scheduled,
+                    acked,
+                    at_ns: now,
+                }),
+                Ok(None) => None,
+                Err(e) => {
+                    debug!("{}: counting the depth: {e}", def.qualified());
+                    None
+                }
+            };
+            *self.depth.lock().unwrap_or_else(|e| e.into_inner()) = depth;
+        }
+    }
+
+    /// The table's depth as counted at the last purge tick, while the engine counts depths.
+    pub fn depth(&self) -> Option<super::depth::Depth> {
+        *self.depth.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts the depth now (one statement on the engine's pool), for the operator's page right
+    /// after an action.
+    pub async fn count_now(&self) {
+        let def = self.definition();
+        if let Ok(mut conn) = self.pool.get_conn().await {
+            self.count(&mut conn, &def).await;
+        }
     }
 
     /// Deletes acked rows older than `vt_purge_after` (see `purge`).

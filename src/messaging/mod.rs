@@ -5,6 +5,7 @@ pub mod cache;
 mod catalog;
 pub mod claim_budget;
 pub mod dead_letter;
+pub mod depth;
 pub mod engine;
 pub mod groups;
 pub mod manager;

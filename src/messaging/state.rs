@@ -48,6 +48,7 @@ pub fn due_sql(now_ns: i64) -> String {
     format!("(`time_next` IS NULL OR `time_next` <= {now_ns})")
 }
 
+#[cfg(test)]
 /// Whether a row may be sent now: unacked and due. This is what the poller selects and the claim re-checks.
 pub fn is_ready(time_acked: Option<i64>, time_next: Option<i64>, now_ns: i64) -> bool {
     !is_acked(time_acked) && is_due(time_next, now_ns)
@@ -58,6 +59,7 @@ pub fn ready_sql(now_ns: i64) -> String {
     format!("({UNACKED_SQL} AND {})", due_sql(now_ns))
 }
 
+#[cfg(test)]
 /// Whether the purge deletes a row with this `time_acked`, given `cutoff_ns = now - purge_after`: acked, and
 /// acked before the cutoff. A negative `time_acked` is acked (not NULL, not 0) at a time before 1970, older
 /// than any cutoff.
@@ -74,11 +76,13 @@ pub fn purgeable_sql(cutoff_ns: i64) -> String {
     format!("((`time_acked` > 0 AND `time_acked` < {cutoff_ns}) OR `time_acked` < 0)")
 }
 
+#[cfg(test)]
 /// `epoch` NULL counts as 0: the number of times the row has been sent.
 pub fn epoch_or_zero(epoch: Option<i64>) -> i64 {
     epoch.unwrap_or(0)
 }
 
+#[cfg(test)]
 /// `priority` NULL counts as 0 (lower is sent first).
 pub fn priority_or_zero(priority: Option<i64>) -> i64 {
     priority.unwrap_or(0)

@@ -244,6 +244,13 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
                     return end_with(client, seq, &err.encode(true)).await;
                 }
+                // `vt_max_unacked`: a stream holding that many finds nothing until an ack (or a
+                // passing ack wait) makes room, which the watch signals.
+                let room = watch.room();
+                if room == 0 {
+                    next_find = tokio::time::Instant::now() + watch.manager().definition().options.poller_interval;
+                    continue;
+                }
                 // Not more often than every FIND_GAP: under a storm of changes one query
                 // serves many.
                 tokio::time::sleep_until(last_find + filter::FIND_GAP).await;
@@ -252,7 +259,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 current.stream_columns = def.stream_columns.clone();
                 let interval = current.options.poller_interval;
                 next_find = last_find + interval;
-                let batch = match filter::find(backend, deprecate_eof, &current, condition).await {
+                let limit = current.options.batch_size.min(room);
+                let batch = match filter::find(backend, deprecate_eof, &current, condition, limit).await {
                     Ok(batch) => batch,
                     Err(BatchError::Transient) => continue,
                     Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),
@@ -262,16 +270,18 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     continue;
                 }
                 let claimed = claim_batch(backend, deprecate_eof, &current, &columns, &batch, &mut seq, Some(condition)).await;
-                let ClaimedBatch { packets: rows, delivered, dead, .. } = match claimed {
+                let ClaimedBatch { packets: rows, sent, delivered, dead, .. } = match claimed {
                     Ok(claimed) => claimed,
                     Err(BatchError::Transient) => continue,
                     Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),
                     Err(BatchError::Fatal(err)) => return end_with(client, seq, &err).await,
                 };
+                // Held from the commit on, however long the write takes (as `batch_claimed`).
+                watch.claimed(&sent);
                 let stats = watch.manager().stats();
                 stats.record_claim();
                 stats.record_dead(dead.len() as u64);
-                if batch.len() >= current.options.batch_size {
+                if batch.len() >= limit {
                     // A full batch: more may match now.
                     next_find = tokio::time::Instant::now();
                 }
@@ -788,6 +798,16 @@ async fn rollback_after(backend: &mut Backend, deprecate_eof: bool, err: BytesMu
         // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION (the session is READ ONLY) and
         // ER_OPTION_PREVENTS_STATEMENT (the server is `read_only`): this session cannot claim.
         Some(1054 | 1146 | 1049 | 1142 | 1792 | 1290) => BatchError::Fatal(err),
+        // ER_LOCK_DEADLOCK: on Galera, also a claim that lost certification to another node's
+        // claim or ack of the same rows (both locked them, each on its own node: SKIP LOCKED
+        // is local). The COMMIT failed, so nothing was claimed and nothing is sent; with two
+        // proxies on two nodes this is ordinary, not worth a warning.
+        Some(1213) => {
+            debug!(
+                "claim lost a write conflict (deadlock or Galera certification); nothing was sent"
+            );
+            BatchError::Transient
+        }
         _ => {
             if let Some(e) = parsed {
                 warn!("claim failed, the batch will be retried: {e}");

@@ -54,13 +54,15 @@ pub(super) async fn due_or_time(watch: Option<&mut DueWatch>, at: tokio::time::I
     }
 }
 
-/// The due, unacked rows matching `condition`, in sending order, at most `vt_batch_size`: a plain
-/// read (no locks: the claim locks what it takes, skipping what others hold).
+/// The due, unacked rows matching `condition`, in sending order, at most `limit` (`vt_batch_size`,
+/// or less under `vt_max_unacked`): a plain read (no locks: the claim locks what it takes,
+/// skipping what others hold).
 pub(super) async fn find(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
     condition: &str,
+    limit: usize,
 ) -> Result<Batch, BatchError> {
     let now = state::now_ns();
     let priority = if def.has_priority {
@@ -68,7 +70,6 @@ pub(super) async fn find(
     } else {
         "0"
     };
-    let limit = def.options.batch_size;
     let sql = format!(
         "SELECT {key}, {priority}, COALESCE(`time_next`, 0) FROM {table} WHERE {ready}{cond} \
          ORDER BY 2, 3, {id} LIMIT {limit}",

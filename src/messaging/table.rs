@@ -31,7 +31,7 @@
 //! row, but a session in such a zone cannot name the row the server does not pick (docs/guide/messaging.md: use a zone without
 //! daylight saving, e.g. `'+00:00'`, for streams of `timestamp` ids).
 
-use super::options::{parse_comment, MessageOptions, OptionsError};
+use super::options::{MessageOptions, OptionsError};
 
 /// One column of the table, from `information_schema.COLUMNS`, in table order (`ORDINAL_POSITION`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,6 +216,7 @@ const INTEGER_TYPES: [&str; 6] = [
     "bigint",
 ];
 
+#[cfg(test)]
 /// Reads a table comment and validates the table in one step: `Ok(None)` when it is not a message table.
 pub fn from_comment(
     schema: &str,
@@ -223,7 +224,7 @@ pub fn from_comment(
     comment: &str,
     columns: &[ColumnInfo],
 ) -> Result<Option<MessageTable>, TableError> {
-    match parse_comment(comment) {
+    match super::options::parse_comment(comment) {
         Ok(None) => Ok(None),
         Ok(Some(options)) => validate(schema, name, options, columns).map(Some),
         Err(e) => Err(broken_options(schema, name, e, columns)),

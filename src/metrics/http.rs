@@ -194,6 +194,7 @@ mod tests {
             proxy: Arc::new(ProxyMetrics::default()),
             engine: None,
             binlog: None,
+            backends: None,
         }
     }
 

@@ -100,6 +100,14 @@ impl ProxyMetrics {
         }
     }
 
+    /// Client connections open now.
+    pub fn open_connections(&self) -> u64 {
+        let closed = self.connections_closed.load(Relaxed);
+        self.connections_accepted
+            .load(Relaxed)
+            .saturating_sub(closed)
+    }
+
     pub fn backend_error(&self, kind: BackendErrorKind) {
         match kind {
             BackendErrorKind::Connect => &self.backend_connect_errors,
@@ -122,6 +130,8 @@ pub struct Registry {
     pub binlog: Option<BinlogView>,
     /// The event-stream groups this proxy knows (docs/STREAMS.md).
     pub streams: Option<Arc<crate::streams::engine::StreamEngine>>,
+    /// The configured servers and the one in use (docs/CLUSTERS.md).
+    pub backends: Option<Arc<crate::cluster::Backends>>,
 }
 
 /// One table's row of the page, gathered before any family is written (each family's samples
@@ -140,6 +150,7 @@ impl Registry {
         let now_ms = crate::binlog::unix_ms();
         let mut e = Exposition::new();
         self.render_proxy(&mut e);
+        self.render_backends(&mut e);
         self.render_binlog(&mut e, now_ms);
         self.render_tables(&mut e, now_ms);
         self.render_stream_groups(&mut e);
@@ -237,6 +248,51 @@ impl Registry {
         self.binlog
             .as_ref()
             .map_or(0, |b| b.status.borrow().sessions.saturating_sub(1))
+    }
+
+    fn render_backends(&self, e: &mut Exposition) {
+        let Some(backends) = &self.backends else {
+            return;
+        };
+        let servers = backends.servers();
+        e.family(
+            "msgproxy_backend_in_use",
+            Kind::Gauge,
+            "1 for the server new sessions, the engine and the binlog watcher use now; 0 for the other servers of --backend.",
+        );
+        for s in &servers {
+            e.sample(
+                "msgproxy_backend_in_use",
+                &[("backend", &s.address)],
+                u64::from(s.in_use),
+            );
+        }
+        if servers.iter().any(|s| s.usable.is_some()) {
+            e.family(
+                "msgproxy_backend_usable",
+                Kind::Gauge,
+                "Whether the server answered the last check as usable (reachable, read_only OFF, on Galera synced and ready); only with several servers.",
+            );
+            for s in &servers {
+                if let Some(usable) = s.usable {
+                    e.sample(
+                        "msgproxy_backend_usable",
+                        &[("backend", &s.address)],
+                        u64::from(usable),
+                    );
+                }
+            }
+        }
+        e.family(
+            "msgproxy_backend_switches_total",
+            Kind::Counter,
+            "Moves from one server of --backend to another.",
+        );
+        e.sample(
+            "msgproxy_backend_switches_total",
+            &[],
+            backends.generation(),
+        );
     }
 
     fn render_binlog(&self, e: &mut Exposition, now_ms: u64) {
@@ -475,6 +531,26 @@ impl Registry {
 mod tests {
     use super::*;
 
+    /// docs/grafana-dashboard.json queries only metrics this module writes (a renamed metric
+    /// would leave a panel empty without a word).
+    #[test]
+    fn the_grafana_dashboard_names_only_metrics_that_exist() {
+        let dashboard = include_str!("../../docs/grafana-dashboard.json");
+        let source = include_str!("mod.rs");
+        let names: Vec<&str> = dashboard
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("msgproxy_"))
+            .collect();
+        assert!(names.len() > 10, "{names:?}");
+        for name in names {
+            let base = name.strip_suffix("_bucket").unwrap_or(name);
+            assert!(
+                source.contains(&format!("\"{base}\"")),
+                "the dashboard queries {name}, which msgproxy does not export"
+            );
+        }
+    }
+
     #[test]
     fn every_keyword_has_a_slot() {
         for &(_, keyword) in KEYWORDS {
@@ -492,11 +568,16 @@ mod tests {
         proxy.statement(Keyword::Select);
         proxy.statement(Keyword::Other);
         proxy.backend_error(BackendErrorKind::Connect);
+        let backends = crate::cluster::Backends::new(vec![
+            crate::config::BackendTarget::parse("mysql://root@db1:3306/test").unwrap(),
+            crate::config::BackendTarget::parse("mysql://root@db2:3306/test").unwrap(),
+        ]);
         let page = Registry {
             streams: None,
             proxy,
             engine: None,
             binlog: None,
+            backends: Some(backends),
         }
         .render();
         for line in [
@@ -507,6 +588,9 @@ mod tests {
             "msgproxy_statements_total{keyword=\"other\"} 1\n",
             "msgproxy_backend_errors_total{kind=\"connect\"} 1\n",
             "msgproxy_reconnects_total 1\n",
+            "msgproxy_backend_in_use{backend=\"db1:3306\"} 1\n",
+            "msgproxy_backend_in_use{backend=\"db2:3306\"} 0\n",
+            "msgproxy_backend_switches_total 0\n",
         ] {
             assert!(page.contains(line), "{line:?} missing from:\n{page}");
         }

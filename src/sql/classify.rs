@@ -1,10 +1,11 @@
-//! Finding a statement's first keyword: a small hand-written lexer over raw bytes.
+//! Finding a statement's first keyword, with the one lexer (`lexer.rs`).
 //!
 //! The statement arrives as the raw payload of a `COM_QUERY`, in the client's character set, so it may not be
 //! UTF-8 (a latin1 blob literal, say). Everything here therefore works on `&[u8]` and only ever looks at ASCII
 //! bytes; a byte `>= 0x80` is never whitespace, never a comment marker and always part of an identifier, which
 //! is what MySQL's lexer does for every character set a client may use for queries.
 
+use super::lexer::{Lexer, Token, TokenKind};
 use super::{action_for, Classification, Keyword};
 
 /// Classifies one statement by its first keyword, after leading whitespace and comments.
@@ -13,22 +14,27 @@ use super::{action_for, Classification, Keyword};
 /// that does not start with a word at all, is [`Keyword::Other`] and is relayed: the backend gives the right
 /// error for it. Whether it is relayed or answered by the proxy is `super::action_for`'s decision.
 pub fn classify(sql: &[u8]) -> Classification {
-    let keyword_offset = skip_to_first_word(sql).0;
-    let keyword = Keyword::lookup(word_at(sql, keyword_offset));
+    let (token, _) = first_token(sql);
+    let word = match token.kind {
+        TokenKind::Word => sql.get(token.start..token.end).unwrap_or_default(),
+        _ => &[],
+    };
+    let keyword = Keyword::lookup(word);
     let action = action_for(keyword, sql);
     Classification {
         keyword,
         action,
-        keyword_offset,
+        keyword_offset: keyword_offset(sql, token),
     }
 }
 
-/// Skips what MySQL skips before the first token and returns the offset of that token (or `sql.len()`).
+/// The statement's first token after what MySQL skips before it, and the marker of the executable comment
+/// that token is in when that marker has a version (`/*!99999`, `/*M!100500`: see [`version_gate`]).
 ///
-/// Skipped: ASCII whitespace; `/* ... */` (not nested — MySQL ends it at the first `*/`, so `/* /* */` is one
-/// comment); `# ...` and `-- ...` to the end of the line, where `--` counts only when followed by whitespace, a
-/// control character or the end of the statement (otherwise `--1` is arithmetic); and opening parentheses,
-/// because `(SELECT ...) UNION (SELECT ...)` is still a `SELECT`.
+/// Skipped, by the lexer: whitespace; `/* ... */` (not nested: MySQL ends it at the first `*/`); `# ...` and
+/// `-- ...` to the end of the line, where `--` counts only before whitespace, a control character or the end
+/// (otherwise `--1` is arithmetic). Skipped here: opening parentheses, because `(SELECT ...) UNION (SELECT
+/// ...)` is still a `SELECT`.
 ///
 /// Executable comments are *not* skipped wholesale: `/*!`, `/*!40101`, `/*M!` and `/*M!100101` are markers
 /// whose content the server runs as code, so only the marker (and its version digits) is skipped and the
@@ -36,52 +42,27 @@ pub fn classify(sql: &[u8]) -> Classification {
 /// comment is skipped too (`/*!*/ SELECT 1`). The version is not compared with the backend's here: a relayed
 /// statement reaches the backend, which decides; a statement the proxy would act on itself in a versioned
 /// comment is first checked with the server ([`version_gate`]).
-///
-/// Also returns the marker of the executable comment the word is in when that marker has a version
-/// (`/*!99999`, `/*M!100500`): see [`version_gate`].
-fn skip_to_first_word(sql: &[u8]) -> (usize, Option<&[u8]>) {
-    let mut pos = 0;
-    // Inside `/*! ... */`: its closing `*/` is then not garbage but the end of the executable comment.
-    let mut in_executable = false;
-    // The open executable comment's marker, if it has version digits.
-    let mut gate: Option<&[u8]> = None;
-    let open = |start: usize, digits_from: usize| {
-        let end = skip_digits(sql, digits_from);
-        let marker = sql.get(start..end).filter(|_| end > digits_from);
-        (end, marker)
-    };
+fn first_token(sql: &[u8]) -> (Token, Option<&[u8]>) {
+    let mut lexer = Lexer::new(sql);
     loop {
-        let rest = sql.get(pos..).unwrap_or(&[]);
-        pos = match rest {
-            [b, ..] if is_space(*b) || *b == b'(' => pos + 1,
-            [b'/', b'*', b'!', ..] if !in_executable => {
-                in_executable = true;
-                let (end, marker) = open(pos, pos + 3);
-                gate = marker;
-                end
-            }
-            [b'/', b'*', b'M', b'!', ..] if !in_executable => {
-                in_executable = true;
-                let (end, marker) = open(pos, pos + 4);
-                gate = marker;
-                end
-            }
-            [b'/', b'*', ..] => end_of_block_comment(sql, pos + 2),
-            [b'*', b'/', ..] if in_executable => {
-                in_executable = false;
-                gate = None;
-                pos + 2
-            }
-            [b'-', b'-', after @ ..]
-                if after
-                    .first()
-                    .is_none_or(|&b| is_space(b) || b.is_ascii_control()) =>
-            {
-                end_of_line(sql, pos + 2)
-            }
-            [b'#', ..] => end_of_line(sql, pos + 1),
-            _ => return (pos, gate),
-        };
+        let token = lexer.next_token();
+        if token.kind != TokenKind::Punct(b'(') {
+            return (token, lexer.version_gate());
+        }
+    }
+}
+
+/// Where the first keyword is: the first token's offset, or the statement's length when there is no token
+/// at all (only whitespace and comments, or a comment that is never closed: all of the rest is comment).
+fn keyword_offset(sql: &[u8], token: Token) -> usize {
+    let open_comment = token.kind == TokenKind::Invalid
+        && sql
+            .get(token.start..)
+            .is_some_and(|rest| rest.starts_with(b"/*"));
+    if open_comment {
+        sql.len()
+    } else {
+        token.start
     }
 }
 
@@ -91,54 +72,7 @@ fn skip_to_first_word(sql: &[u8]) -> (usize, Option<&[u8]>) {
 /// or believes the database a `USE` in it names, it asks the server (`SELECT 0 <marker> + 1 */`).
 /// `None` for plain code and unversioned `/*!` / `/*M!` comments, which always run.
 pub fn version_gate(sql: &[u8]) -> Option<&[u8]> {
-    skip_to_first_word(sql).1
-}
-
-/// The identifier-like word starting at `pos` (empty if there is none).
-///
-/// The word runs over every byte MySQL allows in an unquoted identifier, so `selectx`, `select1` and
-/// `select\xe9` are one word each — identifiers, not `SELECT` — and are looked up (and missed) as a whole.
-fn word_at(sql: &[u8], pos: usize) -> &[u8] {
-    let rest = sql.get(pos..).unwrap_or(&[]);
-    let len = rest
-        .iter()
-        .position(|&b| !is_identifier_byte(b))
-        .unwrap_or(rest.len());
-    rest.get(..len).unwrap_or(&[])
-}
-
-/// Whitespace as MySQL's lexer sees it: space, tab, LF, VT, FF, CR.
-fn is_space(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
-}
-
-/// Bytes of an unquoted identifier: ASCII letters, digits, `_`, `$`, and any non-ASCII byte.
-fn is_identifier_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
-}
-
-/// The offset after the version digits of an executable comment marker (`/*!40101`), if any.
-fn skip_digits(sql: &[u8], from: usize) -> usize {
-    let rest = sql.get(from..).unwrap_or(&[]);
-    from + rest.iter().take_while(|b| b.is_ascii_digit()).count()
-}
-
-/// The offset just after the `*/` that ends a block comment whose body starts at `from`, or the end of the
-/// statement when it is never closed (then everything left is comment).
-fn end_of_block_comment(sql: &[u8], from: usize) -> usize {
-    let rest = sql.get(from..).unwrap_or(&[]);
-    rest.windows(2)
-        .position(|w| w == b"*/")
-        .map_or(sql.len(), |i| from + i + 2)
-}
-
-/// The offset just after the newline that ends a line comment whose body starts at `from`, or the end of the
-/// statement.
-fn end_of_line(sql: &[u8], from: usize) -> usize {
-    let rest = sql.get(from..).unwrap_or(&[]);
-    rest.iter()
-        .position(|&b| b == b'\n')
-        .map_or(sql.len(), |i| from + i + 1)
+    first_token(sql).1
 }
 
 #[cfg(test)]

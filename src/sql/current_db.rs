@@ -18,7 +18,7 @@
 //! Compound statements (`BEGIN NOT ATOMIC ... END`) and stored procedures may not contain `USE` (error
 //! 1314), but may drop a database.
 
-use super::lexer::{trim_statement, Lexer, TokenKind};
+use super::lexer::{trim_statement, unquote_identifier, Lexer, TokenKind};
 use super::reserved::is_reserved;
 use super::Keyword;
 
@@ -44,15 +44,7 @@ pub fn use_target(statement: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(bytes(name.start, name.end)).ok()?;
     let db = match name.kind {
         TokenKind::Word if !is_reserved(text.as_bytes()) => text.to_owned(),
-        TokenKind::QuotedIdent => {
-            let inner = text
-                .get(1..text.len().saturating_sub(1))
-                .unwrap_or_default();
-            if inner.is_empty() {
-                return None;
-            }
-            inner.replace("``", "`")
-        }
+        TokenKind::QuotedIdent => unquote_identifier(text)?,
         _ => return None,
     };
     let mut end = lexer.next_token();

@@ -106,6 +106,14 @@ pub(super) fn is_identifier_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
 }
 
+/// The name a [`TokenKind::QuotedIdent`] token (backticks included) stands for: without its
+/// backticks, a doubled backtick as one. `None` for an empty name (`` `` ``), which the server
+/// refuses.
+pub fn unquote_identifier(token: &str) -> Option<String> {
+    let inner = token.get(1..token.len().checked_sub(1)?)?;
+    (!inner.is_empty()).then(|| inner.replace("``", "`"))
+}
+
 /// A token with its text, for the small parsers that walk a statement word by word (`KILL QUERY`,
 /// `PREPARE ... FROM`).
 pub(super) type Spelled<'a> = (TokenKind, &'a [u8]);
@@ -142,6 +150,74 @@ impl<'a> SpelledTokens<'a> {
     }
 }
 
+/// The leading words of a statement, one at a time, for readers outside `sql/` that only need its first few
+/// words (what a binlog query event is: `XA COMMIT ...`, `ROLLBACK TO ...`). The statement is read by the
+/// one lexer, so comments, executable-comment markers and quoting are what they are to the server. Never
+/// allocates, never panics.
+#[derive(Clone)]
+pub struct Words<'a> {
+    sql: &'a [u8],
+    lexer: Lexer<'a>,
+}
+
+impl<'a> Words<'a> {
+    /// The words of `sql` (one statement, default `sql_mode`).
+    pub fn new(sql: &'a [u8]) -> Self {
+        Words {
+            sql,
+            lexer: Lexer::new(sql),
+        }
+    }
+
+    /// The next token when it is an unquoted word (a keyword or a bare identifier); `None` for any other
+    /// token and at the end.
+    pub fn next_word(&mut self) -> Option<&'a [u8]> {
+        let token = self.lexer.next_token();
+        let sql: &'a [u8] = self.sql;
+        (token.kind == TokenKind::Word).then(|| sql.get(token.start..token.end).unwrap_or_default())
+    }
+
+    /// Whether the next token is the unquoted word `word`, in any case (it is read either way).
+    pub fn next_is(&mut self, word: &str) -> bool {
+        self.next_word()
+            .is_some_and(|w| w.eq_ignore_ascii_case(word.as_bytes()))
+    }
+
+    /// The next token, as far as a reader of names cares (`None` at the end).
+    pub fn next_piece(&mut self) -> Option<Piece<'a>> {
+        let token = self.lexer.next_token();
+        let sql: &'a [u8] = self.sql;
+        let text = sql.get(token.start..token.end).unwrap_or_default();
+        Some(match token.kind {
+            TokenKind::Eof => return None,
+            TokenKind::Word => Piece::Word(text),
+            TokenKind::QuotedIdent => Piece::QuotedIdent(text),
+            TokenKind::Punct(b) => Piece::Punct(b),
+            _ => Piece::Other,
+        })
+    }
+
+    /// What follows the tokens read so far, from the next one on (empty at the end).
+    pub fn rest(&self) -> &'a [u8] {
+        let next = self.lexer.clone().next_token();
+        let sql: &'a [u8] = self.sql;
+        sql.get(next.start..).unwrap_or_default()
+    }
+}
+
+/// A token as [`Words::next_piece`] gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// An unquoted word: a keyword or a bare identifier.
+    Word(&'a [u8]),
+    /// A backtick-quoted identifier, backticks included ([`unquote_identifier`]).
+    QuotedIdent(&'a [u8]),
+    /// One byte of punctuation: `.`, `,`, `(`, ...
+    Punct(u8),
+    /// A literal, or what cannot be read (an unterminated string or comment).
+    Other,
+}
+
 /// Turns a statement into tokens, one [`Lexer::next_token`] at a time. Never allocates, never panics; after
 /// the end it keeps returning [`TokenKind::Eof`] (or [`TokenKind::Invalid`] for an open executable comment).
 #[derive(Debug, Clone)]
@@ -151,6 +227,9 @@ pub(super) struct Lexer<'a> {
     line: u32,
     /// Inside `/*! ... */`: its `*/` closes it instead of being two tokens.
     in_executable: bool,
+    /// The marker (`/*!99999`, `/*M!100500`) of the open executable comment, when it has version
+    /// digits: see [`Lexer::version_gate`].
+    gate: Option<(usize, usize)>,
     /// The last token was an identifier directly followed by `.` and an identifier byte.
     qualifier: bool,
     /// The last token was that `.`: the next word is an identifier whatever it spells.
@@ -172,6 +251,7 @@ impl<'a> Lexer<'a> {
             pos: 0,
             line: 1,
             in_executable: false,
+            gate: None,
             qualifier: false,
             after_dot: false,
             quoting,
@@ -262,14 +342,8 @@ impl<'a> Lexer<'a> {
                     self.pos += 1;
                 }
                 [b, ..] if is_space(*b) => self.pos += 1,
-                [b'/', b'*', b'!', ..] if !self.in_executable => {
-                    self.in_executable = true;
-                    self.pos = self.digits_end(self.pos + 3);
-                }
-                [b'/', b'*', b'M', b'!', ..] if !self.in_executable => {
-                    self.in_executable = true;
-                    self.pos = self.digits_end(self.pos + 4);
-                }
+                [b'/', b'*', b'!', ..] if !self.in_executable => self.open_executable(3),
+                [b'/', b'*', b'M', b'!', ..] if !self.in_executable => self.open_executable(4),
                 [b'/', b'*', body @ ..] => {
                     let Some(len) = body.windows(2).position(|w| w == b"*/") else {
                         return Some(Token {
@@ -285,6 +359,7 @@ impl<'a> Lexer<'a> {
                 }
                 [b'*', b'/', ..] if self.in_executable => {
                     self.in_executable = false;
+                    self.gate = None;
                     self.pos += 2;
                 }
                 [b'-', b'-', after @ ..]
@@ -298,6 +373,25 @@ impl<'a> Lexer<'a> {
                 _ => return None,
             }
         }
+    }
+
+    /// Opens the executable comment whose marker (`/*!` or `/*M!`, `marker_len` bytes) is at the
+    /// current position, and skips its version digits.
+    fn open_executable(&mut self, marker_len: usize) {
+        let start = self.pos;
+        let digits_from = start + marker_len;
+        let end = self.digits_end(digits_from);
+        self.in_executable = true;
+        self.gate = (end > digits_from).then_some((start, end));
+        self.pos = end;
+    }
+
+    /// The marker (`/*!99999`, `/*M!100500`) of the version-gated executable comment the last token
+    /// is in, if it is in one; `None` for plain code and unversioned `/*!` / `/*M!` comments, which
+    /// always run.
+    pub fn version_gate(&self) -> Option<&'a [u8]> {
+        let sql: &'a [u8] = self.sql;
+        self.gate.and_then(|(start, end)| sql.get(start..end))
     }
 
     fn count_lines(&mut self, text: &[u8]) {

@@ -11,13 +11,19 @@
 //! statements decided by more than their keyword (`SET workload = ...`, `SHOW MESSAGE TABLES`). All of it is
 //! exercised from the data files in `grammar-tests/`.
 //!
-//! - `classify.rs` — the first keyword, found by a byte scan that skips leading comments;
+//! There is one scanner, `lexer.rs`: the classifier, the readers below, the binlog's reading of query events
+//! (through [`Words`]) and the one definition of DDL that can affect a message table ([`is_ddl`]) all use it.
+//!
+//! - `classify.rs` — the first keyword, the lexer's first token after leading comments and parentheses;
 //! - `current_db.rs` — what a relayed statement may do to the session's current database (`USE`, multi-
 //!   statements, `DROP DATABASE`, ...), so unqualified `ACK`/`STREAM` tables never resolve in a stale one;
 //! - `prepare.rs` — the statement a SQL `PREPARE ... FROM '...'` / `EXECUTE IMMEDIATE '...'` spells out, so a
 //!   virtual statement prepared that way is refused for the right reason;
-//! - `ddl.rs` — which tables a DDL statement may have changed (`ddl_effect`), so only those are reloaded;
-//! - `lexer.rs` — a MariaDB-compatible lexer for the statements parsed here (positions, lines, quoting);
+//! - `ddl.rs` — what is DDL ([`is_ddl`]) and which tables it may have changed ([`ddl_effect`]), so only those
+//!   are reloaded;
+//! - `lexer.rs` — the MariaDB-compatible lexer every reader here uses (positions, lines, quoting), and
+//!   [`Words`], its leading words for readers elsewhere;
+//! - `mentions.rs` — whether a statement names a table (byte searches, generous on purpose);
 //! - `reserved.rs` — the words MariaDB refuses as an unquoted table name;
 //! - `set_statement.rs` — the statement inside `SET STATEMENT var = value FOR statement` (Connector/J's query
 //!   timeouts), which decides what the proxy does with the whole;
@@ -34,6 +40,7 @@ pub mod current_db;
 mod ddl;
 mod kill;
 mod lexer;
+mod mentions;
 mod prepare;
 mod reserved;
 mod rewrite;
@@ -46,9 +53,10 @@ mod stream_statements;
 mod property_tests;
 
 pub use classify::{classify, version_gate};
-pub use ddl::{ddl_effect, DdlEffect};
+pub use ddl::{ddl_effect, is_ddl, DdlEffect};
 pub use kill::{executed_kill_target, kill_query, kill_query_target, KillQueryTarget};
-pub use lexer::Quoting;
+pub use lexer::{unquote_identifier, Piece, Quoting, Words};
+pub use mentions::{contains_ignore_ascii_case, is_bare_identifier, names_identifier};
 pub use prepare::prepared_text;
 pub use rewrite::{rewrite, socket_literal};
 pub use set_statement::set_statement_body;
@@ -165,8 +173,8 @@ impl Keyword {
             .map_or(Keyword::Other, |&(_, keyword)| keyword)
     }
 
-    /// The keyword's name as it appears in [`KEYWORDS`] (lower case), or `"other"`.
-    /// Whether the statement changes a table's definition (and so maybe a message table's).
+    /// Whether statements that start with this keyword may be DDL: the first-keyword half of
+    /// [`is_ddl`], which is the one definition (it leaves out temporary tables).
     pub fn is_ddl(self) -> bool {
         matches!(
             self,
@@ -174,6 +182,7 @@ impl Keyword {
         )
     }
 
+    /// The keyword's name as it appears in [`KEYWORDS`] (lower case), or `"other"`.
     pub fn name(self) -> &'static str {
         KEYWORDS
             .iter()

@@ -35,7 +35,9 @@
 //! ACK t 2`; the first `;` ends the statement); ids that are expressions, `NULL`, `TRUE` or `FALSE`; an
 //! empty quoted name.
 
-use super::lexer::{string_value, trim_statement, Lexer, Quoting, Token, TokenKind};
+use super::lexer::{
+    string_value, trim_statement, unquote_identifier, Lexer, Quoting, Token, TokenKind,
+};
 use super::reserved::is_reserved;
 pub use work_queue::Seconds;
 
@@ -376,14 +378,7 @@ impl<'a> Parser<'a> {
                 Ok(self.text(token)?.to_owned())
             }
             TokenKind::QuotedIdent => {
-                let text = self.text(token)?;
-                let inner = text
-                    .get(1..text.len().saturating_sub(1))
-                    .unwrap_or_default();
-                if inner.is_empty() {
-                    return Err(token.into());
-                }
-                Ok(inner.replace("``", "`"))
+                unquote_identifier(self.text(token)?).ok_or_else(|| token.into())
             }
             _ => Err(token.into()),
         }

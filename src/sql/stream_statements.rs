@@ -19,7 +19,9 @@
 //! error 1064 saying the syntax msgproxy expects, then MariaDB's `near '...' at line N`; a filter using a construct the filter grammar lacks gets
 //! error 1235 (ER_NOT_SUPPORTED_YET) naming it.
 
-use super::lexer::{string_value, trim_statement, Lexer, Quoting, Token, TokenKind};
+use super::lexer::{
+    string_value, trim_statement, unquote_identifier, Lexer, Quoting, Token, TokenKind,
+};
 use super::reserved::is_reserved;
 use super::statements::near_text;
 use super::stream_filter::{self, Filter, FilterError, Tokens};
@@ -467,16 +469,7 @@ impl Parser<'_> {
             TokenKind::Word if qualified || !is_reserved(self.bytes(token)) => {
                 Ok(text()?.to_owned())
             }
-            TokenKind::QuotedIdent => {
-                let text = text()?;
-                let inner = text
-                    .get(1..text.len().saturating_sub(1))
-                    .unwrap_or_default();
-                if inner.is_empty() {
-                    return Err(token);
-                }
-                Ok(inner.replace("``", "`"))
-            }
+            TokenKind::QuotedIdent => unquote_identifier(text()?).ok_or(token),
             _ => Err(token),
         }
     }

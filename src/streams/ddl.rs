@@ -8,6 +8,8 @@
 //! `DROP DATABASE|SCHEMA [IF EXISTS] name`. An unqualified name is in the event's default
 //! database. `CREATE TEMPORARY TABLE` is never the stream table.
 
+use crate::sql::{unquote_identifier, Piece, Words};
+
 /// The effect of a statement on the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TableDdl {
@@ -43,78 +45,23 @@ impl Tok {
     }
 }
 
+/// The statement's tokens, read by the one SQL lexer (`crate::sql`): comments, executable
+/// comments and string literals are what they are to the server (a `RENAME TO` inside a
+/// comment or a string is no rename).
 fn tokens(sql: &[u8]) -> Vec<Tok> {
-    let text = String::from_utf8_lossy(sql);
-    let b = text.as_bytes();
+    let mut words = Words::new(sql);
     let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        match c {
-            b if b.is_ascii_whitespace() => i += 1,
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                // A comment; the content of an executable one (`/*!...`) is code.
-                if matches!(b.get(i + 2), Some(b'!' | b'M')) {
-                    i += 2;
-                    while i < b.len() && (b[i] == b'!' || b[i] == b'M' || b[i].is_ascii_digit()) {
-                        i += 1;
-                    }
-                } else {
-                    let end = text[i + 2..].find("*/").map_or(b.len(), |e| i + 2 + e + 2);
-                    i = end;
-                }
-            }
-            b'*' if b.get(i + 1) == Some(&b'/') => i += 2,
-            b'`' => {
-                let mut name = String::new();
-                let mut j = i + 1;
-                let mut chars = text[j..].char_indices();
-                loop {
-                    match chars.next() {
-                        Some((k, '`')) => {
-                            if text[j + k + 1..].starts_with('`') {
-                                name.push('`');
-                                chars.next();
-                            } else {
-                                j = j + k + 1;
-                                break;
-                            }
-                        }
-                        Some((_, ch)) => name.push(ch),
-                        None => {
-                            j = b.len();
-                            break;
-                        }
-                    }
-                }
-                out.push(Tok::Quoted(name));
-                i = j;
-            }
-            b'.' => {
-                out.push(Tok::Dot);
-                i += 1;
-            }
-            b',' => {
-                out.push(Tok::Comma);
-                i += 1;
-            }
-            c if c.is_ascii_alphanumeric() || c == b'_' || c == b'$' || c >= 0x80 => {
-                let start = i;
-                while i < b.len()
-                    && (b[i].is_ascii_alphanumeric()
-                        || b[i] == b'_'
-                        || b[i] == b'$'
-                        || b[i] >= 0x80)
-                {
-                    i += 1;
-                }
-                out.push(Tok::Word(text[start..i].to_owned()));
-            }
-            _ => {
-                out.push(Tok::Other);
-                i += 1;
-            }
-        }
+    while let Some(piece) = words.next_piece() {
+        out.push(match piece {
+            Piece::Word(w) => Tok::Word(String::from_utf8_lossy(w).into_owned()),
+            Piece::QuotedIdent(q) => match unquote_identifier(&String::from_utf8_lossy(q)) {
+                Some(name) => Tok::Quoted(name),
+                None => Tok::Other,
+            },
+            Piece::Punct(b'.') => Tok::Dot,
+            Piece::Punct(b',') => Tok::Comma,
+            Piece::Punct(_) | Piece::Other => Tok::Other,
+        });
     }
     out
 }
@@ -294,6 +241,11 @@ mod tests {
         assert_eq!(e("ALTER TABLE events ADD COLUMN x INT"), None);
         assert_eq!(e("TRUNCATE TABLE events"), None);
         assert_eq!(e("INSERT INTO events VALUES (1)"), None);
+        // Comments and strings are not names (the lexer is the server's).
+        assert_eq!(e("ALTER TABLE x COMMENT 'RENAME TO events'"), None);
+        assert_eq!(e("ALTER TABLE events ADD c int -- , RENAME TO old"), None);
+        assert_eq!(e("/*!40101 DROP TABLE `events` */"), Gone);
+        assert_eq!(e("DROP TABLE `ev``ents`, events"), Gone);
         assert_eq!(e(""), None);
     }
 }

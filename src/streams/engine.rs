@@ -34,8 +34,12 @@ use crate::sql::Filter;
 pub const SAVE_EVERY: Duration = Duration::from_millis(50);
 /// How often a proxy that waits for a group's lease asks for it again.
 const CLAIM_EVERY: Duration = Duration::from_millis(500);
-/// A group without streams and with nothing in flight this long stops being served here.
-const IDLE_AFTER: Duration = Duration::from_secs(30);
+/// A group without streams and with nothing in flight this long stops being served here (lease
+/// released, reader closed). Short: while this proxy keeps a group without streams, streams that
+/// joined it through another proxy wait and get nothing, as when consumers reconnect through a
+/// load balancer to the other proxy (it was 30 s, and such groups stalled that long). Serving it
+/// again costs a claim, a load and re-reading the binlog from the saved position.
+const IDLE_AFTER: Duration = Duration::from_secs(2);
 /// How often the stream tables are read again.
 const RELOAD_EVERY: Duration = Duration::from_secs(10);
 

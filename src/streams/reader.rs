@@ -36,6 +36,7 @@ use mysql_common::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::binlog::statement::{classify, Statement};
 use crate::binlog::xa::{is_one_phase, XaPrepare, Xid};
 use crate::binlog::BinlogPosition;
 
@@ -453,32 +454,25 @@ impl<'t> Reading<'t> {
                     return Ok(self.statement_done(end));
                 };
                 let sql = query.query_raw();
-                let word = first_word(sql);
-                if word.eq_ignore_ascii_case(b"BEGIN") {
-                    return Ok(None);
-                }
-                if word.eq_ignore_ascii_case(b"COMMIT") {
-                    return Ok(self.commit(end));
-                }
-                if word.eq_ignore_ascii_case(b"XA") {
-                    let second = first_word(sql.get(2..).unwrap_or_default());
-                    if second.eq_ignore_ascii_case(b"PREPARE") {
+                let statement = classify(sql);
+                match statement {
+                    Statement::Begin | Statement::XaStart | Statement::XaEnd => return Ok(None),
+                    Statement::Commit => return Ok(self.commit(end)),
+                    Statement::XaPrepare => {
                         return match Xid::from_statement(sql) {
                             Some(xid) => self.xa_prepared(xid, end),
                             None => self.xa_unreadable(end),
                         };
                     }
-                    if second.eq_ignore_ascii_case(b"COMMIT") && !is_one_phase(sql) {
+                    // ONE PHASE: MariaDB writes the rows in this group.
+                    Statement::XaCommit if is_one_phase(sql) => return Ok(self.commit(end)),
+                    Statement::XaCommit => {
                         return Ok(self.xa_finished(Xid::from_statement(sql), true, end));
                     }
-                    if second.eq_ignore_ascii_case(b"ROLLBACK") {
+                    Statement::XaRollback => {
                         return Ok(self.xa_finished(Xid::from_statement(sql), false, end));
                     }
-                    if second.eq_ignore_ascii_case(b"COMMIT") {
-                        // ONE PHASE: MariaDB writes the rows in this group.
-                        return Ok(self.commit(end));
-                    }
-                    return Ok(None);
+                    _ => {}
                 }
                 if super::ddl::effect(
                     sql,
@@ -492,7 +486,7 @@ impl<'t> Reading<'t> {
                         pos: end,
                     })));
                 }
-                if word.eq_ignore_ascii_case(b"ROLLBACK") && !contains_word(sql, b"TO") {
+                if statement == Statement::Rollback {
                     self.tx = None;
                     self.committed.pos = end;
                     self.committed.file = self.file.clone();
@@ -757,25 +751,6 @@ fn column_specs(tme: &TableMapEvent<'_>) -> Result<Vec<ColumnSpec>, String> {
         .collect()
 }
 
-fn first_word(sql: &[u8]) -> &[u8] {
-    let start = sql
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(sql.len());
-    let rest = &sql[start..];
-    let len = rest
-        .iter()
-        .position(|b| !b.is_ascii_alphabetic())
-        .unwrap_or(rest.len());
-    &rest[..len]
-}
-
-/// Whether `ROLLBACK TO ...` (a savepoint: the transaction goes on).
-fn contains_word(sql: &[u8], word: &[u8]) -> bool {
-    sql.split(|b| !b.is_ascii_alphabetic())
-        .any(|w| w.eq_ignore_ascii_case(word))
-}
-
 async fn next_event(stream: &mut BinlogStream) -> Option<mysql_async::Result<BinlogEvent>> {
     std::future::poll_fn(|cx| Pin::new(&mut *stream).poll_next(cx)).await
 }
@@ -791,12 +766,5 @@ mod tests {
         assert_eq!(event_id(MAX_SEQ_NO, MAX_ROWS_PER_TRANSACTION - 1), u64::MAX);
         // A 100,000-row transaction fits with room to spare.
         const { assert!(100_000 < MAX_ROWS_PER_TRANSACTION) };
-    }
-
-    #[test]
-    fn statement_words() {
-        assert_eq!(first_word(b"  COMMIT"), b"COMMIT");
-        assert!(contains_word(b"ROLLBACK TO sp1", b"TO"));
-        assert!(!contains_word(b"ROLLBACK", b"TO"));
     }
 }

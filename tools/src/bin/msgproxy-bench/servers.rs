@@ -115,10 +115,6 @@ impl Drop for Owned {
     }
 }
 
-extern "C" {
-    fn prctl(option: i32, ...) -> i32;
-}
-
 /// A set of CPUs the server, or msgproxy and the load generator, are kept on (`--server-cpus`,
 /// `--proxy-cpus`): on a machine whose cores they otherwise share, pinning gives the server the
 /// same CPU budget through the proxy as without it, so that what the proxy costs shows apart from
@@ -168,7 +164,9 @@ impl CpuSet {
     pub fn allowed() -> Result<CpuSet, String> {
         let mut mask = [0u64; 16];
         // SAFETY: the mask is a live, writable array of the size given.
-        if unsafe { sched_getaffinity(0, std::mem::size_of_val(&mask), mask.as_mut_ptr()) } != 0 {
+        // SAFETY (the cast): `cpu_set_t` is 1,024 bits, the size of the array.
+        let set = mask.as_mut_ptr().cast::<libc::cpu_set_t>();
+        if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&mask), set) } != 0 {
             return Err(format!(
                 "cannot read the bench's CPUs: {}",
                 std::io::Error::last_os_error()
@@ -286,19 +284,12 @@ impl std::fmt::Display for CpuSet {
 /// Keeps the calling thread on the CPUs of `mask` (a `cpu_set_t`).
 fn set_own_affinity(mask: &[u64; 16]) -> std::io::Result<()> {
     // SAFETY: the mask is a live array of the size given.
-    if unsafe { sched_setaffinity(0, std::mem::size_of_val(mask), mask.as_ptr()) } != 0 {
+    let set = mask.as_ptr().cast::<libc::cpu_set_t>();
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(mask), set) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }
-
-extern "C" {
-    fn sched_setaffinity(pid: i32, cpusetsize: usize, mask: *const u64) -> i32;
-    fn sched_getaffinity(pid: i32, cpusetsize: usize, mask: *mut u64) -> i32;
-}
-
-const PR_SET_PDEATHSIG: i32 = 1;
-const SIGKILL: u64 = 9;
 
 /// Spawns `cmd` (stdout and stderr to `log`) so that it gets SIGKILL when the spawning thread
 /// exits; the bench spawns only from its main thread, which lives as long as the bench.
@@ -312,7 +303,7 @@ pub fn spawn_owned(mut cmd: Command, log: PathBuf) -> Result<Owned, String> {
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
-            if prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -540,9 +531,9 @@ pub fn proxy_binary(given: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(cargo) = std::env::var_os("CARGO") {
         // Under `cargo run`: build the proxy with the same profile into the same target dir.
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "--bin", "msgproxy"])
+        cmd.args(["build", "--quiet", "-p", "msgproxy", "--bin", "msgproxy"])
             .arg("--manifest-path")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml"));
         // Not the variables `cargo run` set for this binary: build scripts that watch them (ring's
         // watches CARGO_MANIFEST_DIR) would see a change, and this build and the next plain one
         // would each rebuild ring, rustls and msgproxy (10-20 s every run).

@@ -14,7 +14,10 @@
 //! - ack, on a connection of its own: `UPDATE ... SET time_acked = now, time_next = NULL WHERE id
 //!   IN (...) AND time_acked IS NULL` of whatever was claimed meanwhile, as msgproxy's `ACK` does;
 //! - a claim that found nothing waits `--hand-poll-ms` before the next: a hand-written queue has
-//!   no binlog to tell it when rows arrive, so it trades empty polls for latency.
+//!   no binlog to tell it when rows arrive, so it trades empty polls for latency;
+//! - with `--purge-after 0` msgproxy's table has `vt_purge_after=0` (its `ACK` deletes, MESSAGING.md
+//!   §13) and the hand queue acks with `DELETE ... WHERE id IN (...) AND time_acked IS NULL`, as an
+//!   application that keeps no acked rows would.
 //!
 //! The claim sessions run at READ COMMITTED with `autocommit=0`, so the claim's index range takes
 //! no gap locks that would hold up the producers' inserts: what a careful author would choose (the
@@ -50,7 +53,14 @@ pub async fn handqueue(ctx: &mut Ctx) -> Result<(), String> {
     // table, so msgproxy (which follows the binlog) leaves it alone.
     let table = "bench_handqueue_msgproxy";
     let hand = "bench_handqueue";
-    messaging::create_message_table(ctx, table).await?;
+    let purge_after = ctx.opts.purge_after.unwrap_or(messaging::PURGE_AFTER);
+    messaging::create_message_table_purging(ctx, table, purge_after).await?;
+    // With acks that delete on msgproxy's side, the hand queue deletes too.
+    let hand_ack = if purge_after == 0.0 {
+        AckForm::Delete
+    } else {
+        AckForm::Update
+    };
     let mut a = admin(ctx).await?;
     exec(&mut a, &format!("DROP TABLE IF EXISTS `{hand}`")).await?;
     exec(&mut a, &format!("CREATE TABLE `{hand}` LIKE `{table}`")).await?;
@@ -64,7 +74,7 @@ pub async fn handqueue(ctx: &mut Ctx) -> Result<(), String> {
             for by_hand in [rep % 2 == 0, rep % 2 == 1] {
                 let (name, consumption, key) = if by_hand {
                     exec(&mut a, &format!("TRUNCATE TABLE `{hand}`")).await?;
-                    (hand, Consumption::ByHand(consumers), "hand")
+                    (hand, Consumption::ByHand(consumers, hand_ack), "hand")
                 } else {
                     messaging::truncate(ctx, table).await?;
                     (table, Consumption::Streams(consumers), "proxy")
@@ -126,7 +136,8 @@ pub async fn handqueue(ctx: &mut Ctx) -> Result<(), String> {
                 .map_or("?".into(), |s| fmt_summary(&s, Unit::PerSec))
         };
         row.note = format!(
-            "producers straight to the server on both sides; by hand (empty claims wait {} ms): inserted meanwhile {}, {hand_note}; msgproxy: inserted meanwhile {}, {proxy_note}",
+            "producers straight to the server on both sides; msgproxy's vt_purge_after={purge_after}, the hand queue acks by {}; by hand (empty claims wait {} ms): inserted meanwhile {}, {hand_note}; msgproxy: inserted meanwhile {}, {proxy_note}",
+            if purge_after == 0.0 { "DELETE" } else { "UPDATE" },
             ctx.opts.hand_poll_ms,
             inserted("hand"),
             inserted("proxy")
@@ -147,7 +158,7 @@ pub(crate) struct HandConsumers {
 }
 
 impl HandConsumers {
-    pub(crate) async fn start(ctx: &Ctx, table: &str, n: usize) -> HandConsumers {
+    pub(crate) async fn start(ctx: &Ctx, table: &str, n: usize, ack: AckForm) -> HandConsumers {
         let mut group = HandConsumers {
             stop: Arc::new(AtomicBool::new(false)),
             claimers: JoinSet::new(),
@@ -161,7 +172,7 @@ impl HandConsumers {
             group.ackers.spawn(messaging::ack_loop(
                 target.clone(),
                 table.to_string(),
-                AckForm::Update,
+                ack,
                 rx,
                 group.acked.clone(),
                 ctx.ack_interval(),

@@ -109,17 +109,11 @@ async fn load(c: &mut Conn, rows: u64, per_key: u64) -> Result<(), String> {
         .map(|_| ())
 }
 
-/// The first page of the poller's walk of the groups (the same SQL as
-/// `src/messaging/groups.rs`), median of 5 runs, in ms.
+/// The first page of the poller's walk of the groups (the SQL of `src/messaging/groups.rs`),
+/// median of 5 runs, in ms.
 async fn time_page(ctx: &Ctx, c: &mut Conn) -> Result<f64, String> {
     let t = format!("`{}`.`{TABLE}`", ctx.direct.db);
-    let page = format!(
-        "SELECT d.`k`, h.`id`, 0, COALESCE(h.`time_next`, 0) FROM (SELECT DISTINCT `k` FROM {t} \
-         WHERE `k` IS NOT NULL ORDER BY `k` LIMIT 1000) AS d LEFT JOIN {t} AS h ON h.`id` = \
-         (SELECT y.`id` FROM {t} AS y WHERE y.`k` = d.`k` AND (y.`time_acked` IS NULL OR \
-         y.`time_acked` = 0) AND (y.`time_next` IS NULL OR y.`time_next` <> 9223372036854775807) \
-         ORDER BY y.`id` LIMIT 1) ORDER BY d.`k`"
-    );
+    let page = msgproxy::fifo_poller_page_sql(&t, "`k`", "`id`", "h.`id`", "0", false);
     let mut times = Vec::new();
     for _ in 0..5 {
         let t0 = Instant::now();

@@ -10,16 +10,22 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 use crate::messaging::{
-    self, create_message_table, drop_table, insert, truncate, Consumers, PAYLOAD,
+    self, create_message_table, create_message_table_purging, drop_table, insert, truncate,
+    Consumers, PAYLOAD,
 };
 use crate::passthrough::{admin, exec, warmup};
-use crate::report::{fmt_summary, CpuMeter, Samples, Unit};
+use crate::report::{fmt_summary, CpuMeter, Row, Samples, Unit};
 use crate::wire::{Conn, Target};
 use crate::Ctx;
 
 pub async fn throughput(ctx: &mut Ctx) -> Result<(), String> {
     let table = "bench_throughput";
     create_message_table(ctx, table).await?;
+    // --purge-after: the same producers and consumers on a table with that vt_purge_after.
+    let purging = "bench_throughput_purging";
+    if let Some(secs) = ctx.opts.purge_after {
+        create_message_table_purging(ctx, purging, secs).await?;
+    }
     // The baseline's table: the same columns and indexes, but not a message table, so the
     // proxy (which follows the binlog) has nothing to do while the server's own rate is measured.
     let plain = "bench_throughput_plain";
@@ -31,6 +37,7 @@ pub async fn throughput(ctx: &mut Ctx) -> Result<(), String> {
     for rows_per_insert in [1, ctx.opts.multi_rows] {
         let mut samples = Samples::default();
         let mut note = String::new();
+        let mut variant_notes = std::collections::BTreeMap::new();
         for _ in 0..ctx.opts.reps() {
             // The server's own insert rate with the same producers, no consumers.
             exec(&mut a, &format!("TRUNCATE TABLE `{plain}`")).await?;
@@ -72,6 +79,38 @@ pub async fn throughput(ctx: &mut Ctx) -> Result<(), String> {
                 messaging::retries().0 - retries0,
                 messaging::retries().1 - acks0
             );
+            // The variants, in the same repetition: the default just ran, so the server's
+            // state (undo purge, buffer pool) is alike for both.
+            if ctx.opts.purge_after.is_some() && !no_consumers {
+                truncate(ctx, purging).await?;
+                let (inserted, acked, cpu) = throughput_run(
+                    ctx,
+                    purging,
+                    &producers,
+                    rows_per_insert,
+                    Consumption::Streams(ctx.opts.consumers),
+                    dur,
+                )
+                .await?;
+                samples.add("purging", "rate", acked);
+                samples.add("purging", "inserted", inserted);
+                variant_notes.insert("purging", cpu);
+            }
+            if ctx.opts.stream_where.is_some() && !no_consumers {
+                truncate(ctx, table).await?;
+                let (inserted, acked, cpu) = throughput_run(
+                    ctx,
+                    table,
+                    &producers,
+                    rows_per_insert,
+                    Consumption::Filtered(ctx.opts.consumers),
+                    dur,
+                )
+                .await?;
+                samples.add("filtered", "rate", acked);
+                samples.add("filtered", "inserted", inserted);
+                variant_notes.insert("filtered", cpu);
+            }
         }
         let kind = if rows_per_insert == 1 {
             "single-row inserts".to_string()
@@ -115,10 +154,69 @@ pub async fn throughput(ctx: &mut Ctx) -> Result<(), String> {
             );
         }
         ctx.rows.push(row);
+        let scenario = format!(
+            "sustained messaging, {kind}, {} producers, {} consumers",
+            ctx.opts.producers, ctx.opts.consumers
+        );
+        if let Some(secs) = ctx.opts.purge_after {
+            ctx.rows.push(variant_row(
+                &scenario,
+                &format!(
+                    "delivered+acked msg/s, vt_purge_after={secs} (against vt_purge_after={})",
+                    messaging::PURGE_AFTER
+                ),
+                &samples,
+                "purging",
+                variant_notes.get("purging"),
+            ));
+        }
+        if let Some(cond) = &ctx.opts.stream_where {
+            ctx.rows.push(variant_row(
+                &scenario,
+                &format!("delivered+acked msg/s, streams WHERE {cond} (against plain streams)"),
+                &samples,
+                "filtered",
+                variant_notes.get("filtered"),
+            ));
+        }
     }
     exec(&mut a, &format!("DROP TABLE IF EXISTS `{plain}`")).await?;
     a.quit().await;
+    if ctx.opts.purge_after.is_some() {
+        drop_table(ctx, purging).await?;
+    }
     drop_table(ctx, table).await
+}
+
+/// A variant's row: its rate against msgproxy's default run of the same repetitions.
+fn variant_row(
+    scenario: &str,
+    metric: &str,
+    samples: &Samples,
+    variant: &str,
+    cpu: Option<&String>,
+) -> Row {
+    let mut row = Row::new(scenario, metric);
+    let (base, v) = (samples.get("proxy", "rate"), samples.get(variant, "rate"));
+    if let Some(b) = &base {
+        row.baseline = format!("default {}", fmt_summary(b, Unit::PerSec));
+    }
+    if let Some(v) = &v {
+        row.measured = fmt_summary(v, Unit::PerSec);
+    }
+    if let (Some(b), Some(v)) = (base, v) {
+        if b.median > 0.0 {
+            row.relation = format!("{:.3}×", v.median / b.median);
+        }
+    }
+    let inserted = samples
+        .get(variant, "inserted")
+        .map_or("?".into(), |s| fmt_summary(&s, Unit::PerSec));
+    row.note = format!(
+        "inserted meanwhile {inserted}; {}",
+        cpu.map_or("", String::as_str)
+    );
+    row
 }
 
 /// Who takes the messages off the table in a sustained run.
@@ -128,9 +226,11 @@ pub(crate) enum Consumption {
     Nobody,
     /// This many `STREAM`s through msgproxy, each with its acker.
     Streams(usize),
+    /// The same, filtered: `STREAM * FROM t WHERE <--stream-where>`.
+    Filtered(usize),
     /// This many consumers of a queue written by hand in SQL, straight to the server
-    /// (`handqueue.rs`).
-    ByHand(usize),
+    /// (`handqueue.rs`), acking in this form.
+    ByHand(usize, messaging::AckForm),
 }
 
 /// The consumers of one sustained run, whichever kind.
@@ -167,12 +267,27 @@ pub(crate) async fn throughput_run(
     dur: Duration,
 ) -> Result<(f64, f64, String), String> {
     let group = match consumption {
-        Consumption::Nobody | Consumption::Streams(0) | Consumption::ByHand(0) => None,
+        Consumption::Nobody
+        | Consumption::Streams(0)
+        | Consumption::Filtered(0)
+        | Consumption::ByHand(0, _) => None,
         Consumption::Streams(n) => Some(Group::Streams(
-            Consumers::start(ctx.ack_interval(), &ctx.proxied, table, n, None, 0).await,
+            Consumers::start(ctx.ack_interval(), &ctx.proxied, table, n, None, 0, None).await,
         )),
-        Consumption::ByHand(n) => Some(Group::ByHand(
-            crate::handqueue::HandConsumers::start(ctx, table, n).await,
+        Consumption::Filtered(n) => Some(Group::Streams(
+            Consumers::start(
+                ctx.ack_interval(),
+                &ctx.proxied,
+                table,
+                n,
+                None,
+                0,
+                ctx.opts.stream_where.as_deref(),
+            )
+            .await,
+        )),
+        Consumption::ByHand(n, ack) => Some(Group::ByHand(
+            crate::handqueue::HandConsumers::start(ctx, table, n, ack).await,
         )),
     };
     let next_id = Arc::new(AtomicI64::new(1));
@@ -228,7 +343,7 @@ pub(crate) async fn throughput_run(
         (get(&status1) - get(&status0)) / secs
     };
     // What the durable commits cost the disk, per row the producers inserted: where the server
-    // is short of fsyncs rather than CPU, these say why (BENCHMARKS.md, fourth round).
+    // is short of fsyncs rather than CPU, these say why (docs/benchmarks-history.md, fourth round).
     let inserted_per_sec = ((ins1 - ins0) as f64 / secs).max(1.0);
     let cpu = format!(
         "{cpu}; server per second: {:.0} SELECT, {:.0} UPDATE, {:.0} INSERT, {:.0} COMMIT, {:.0} rows read, {:.1} new connections, {:.0} transactions in {:.0} group commits, {:.0} InnoDB fsyncs; per row inserted: {:.0} B of binlog, {:.0} B of redo log",

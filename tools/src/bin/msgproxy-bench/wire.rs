@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 // TCP or a Unix socket: the proxy's own two-way stream serves the load generator as well.
-use msgproxy::backend::BackendStream as Transport;
+/// TCP or the server's Unix socket (`--proxy-socket`, a `?socket=` backend).
+type Transport = tokio_util::either::Either<TcpStream, UnixStream>;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -193,11 +194,11 @@ impl Conn {
 
     async fn connect_inner(target: &Target, extra_caps: u32) -> Result<Conn> {
         let stream = match &target.socket {
-            Some(path) => Transport::Unix(UnixStream::connect(path).await?),
+            Some(path) => Transport::Right(UnixStream::connect(path).await?),
             None => {
                 let tcp = TcpStream::connect((target.host.as_str(), target.port)).await?;
                 tcp.set_nodelay(true)?;
-                Transport::Tcp(tcp)
+                Transport::Left(tcp)
             }
         };
         let mut conn = Conn {
@@ -565,10 +566,16 @@ fn native_scramble(nonce: &[u8], password: &str) -> Vec<u8> {
     if password.is_empty() {
         return Vec::new();
     }
+    // mysql_native_password: SHA1(password) XOR SHA1(nonce, SHA1(SHA1(password))).
+    use sha1::{Digest, Sha1};
     let nonce = &nonce[..nonce.len().min(20)];
-    mysql_common::scramble::scramble_native(nonce, password.as_bytes())
-        .map(|s| s.to_vec())
-        .unwrap_or_default()
+    let stage1 = Sha1::digest(password.as_bytes());
+    let stage2 = Sha1::digest(stage1);
+    let mut hasher = Sha1::new();
+    hasher.update(nonce);
+    hasher.update(stage2);
+    let mask = hasher.finalize();
+    stage1.iter().zip(mask.iter()).map(|(a, b)| a ^ b).collect()
 }
 
 fn server_error(p: &[u8]) -> Error {
@@ -621,6 +628,18 @@ fn lenenc_str<'a>(buf: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scrambles_as_mysql_native_password() {
+        // Computed independently: SHA1(p) XOR SHA1(nonce + SHA1(SHA1(p))) with Python's hashlib.
+        let nonce: Vec<u8> = (1..=20).collect();
+        let hex: String = native_scramble(&nonce, "secret")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hex, "b32bb3a583e1340c0a1108d58b1be49781ad8c2f");
+        assert!(native_scramble(&nonce, "").is_empty());
+    }
 
     #[test]
     fn parses_urls() {

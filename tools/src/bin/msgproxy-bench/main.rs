@@ -169,6 +169,18 @@ pub struct Opts {
     /// vt_max_unacked of the bench's message tables [default: none, no limit]
     #[arg(long)]
     pub max_unacked: Option<usize>,
+    /// In the sustained scenario, also run msgproxy on a message table with this
+    /// vt_purge_after (seconds; 0 = an ACK deletes the rows, MESSAGING.md §13), in the same
+    /// repetitions as the default (3600), and report the two against each other. In the
+    /// handqueue scenario, msgproxy's table has this vt_purge_after, and with 0 the queue written
+    /// by hand acks with a DELETE too (an application that keeps no acked rows).
+    #[arg(long, value_name = "SECS")]
+    pub purge_after: Option<f64>,
+    /// In the sustained scenario, also run the consumers as filtered streams,
+    /// `STREAM * FROM t WHERE <COND>` (MESSAGING.md §12), in the same repetitions as plain
+    /// streams, and report the two against each other (only matching messages are delivered).
+    #[arg(long, value_name = "COND")]
+    pub stream_where: Option<String>,
     /// vt_poller_interval (seconds) of the bench's message tables.
     #[arg(long, default_value_t = 1.0)]
     pub poller_interval: f64,

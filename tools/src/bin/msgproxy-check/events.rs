@@ -23,6 +23,9 @@ pub enum Kind {
     RolledBack,
     /// A STREAM row with this id reached a consumer.
     Delivered,
+    /// An ACK that covers this id is about to be sent (the FIFO workload: the proxy may release
+    /// the message's key from here on).
+    AckSent,
     /// An ACK that covered this id returned OK.
     Acked,
 }
@@ -34,6 +37,7 @@ impl Kind {
             Kind::Committed => "ok",
             Kind::RolledBack => "rb",
             Kind::Delivered => "dl",
+            Kind::AckSent => "as",
             Kind::Acked => "ack",
         }
     }
@@ -44,6 +48,7 @@ impl Kind {
             "ok" => Kind::Committed,
             "rb" => Kind::RolledBack,
             "dl" => Kind::Delivered,
+            "as" => Kind::AckSent,
             "ack" => Kind::Acked,
             _ => return None,
         })

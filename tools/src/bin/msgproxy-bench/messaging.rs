@@ -60,13 +60,16 @@ pub(crate) async fn insert(c: &mut Conn, sql: &str) -> Result<crate::wire::Outco
     }
 }
 
+/// The bench's message tables' `vt_purge_after`, unless a run asks for another.
+pub(crate) const PURGE_AFTER: f64 = 3600.0;
+
 /// The message table's DDL (the RFC's idiomatic layout, the bench's options).
-fn create_table_sql(ctx: &Ctx, name: &str) -> String {
+fn create_table_sql(ctx: &Ctx, name: &str, purge_after: f64) -> String {
     let o = &ctx.opts;
     format!(
         "CREATE TABLE `{name}` (id BIGINT NOT NULL, time_next BIGINT DEFAULT 0, epoch BIGINT, time_acked BIGINT, \
          message VARCHAR(128), PRIMARY KEY(id), INDEX next_idx(time_next, epoch), INDEX ack_idx(time_acked)) ENGINE=InnoDB \
-         COMMENT 'vitess_message,vt_ack_wait=30,vt_purge_after=3600,vt_batch_size={},vt_cache_size={},vt_poller_interval={}{}'",
+         COMMENT 'vitess_message,vt_ack_wait=30,vt_purge_after={purge_after},vt_batch_size={},vt_cache_size={},vt_poller_interval={}{}'",
         o.batch_size,
         o.cache_size,
         o.poller_interval,
@@ -79,11 +82,20 @@ fn create_table_sql(ctx: &Ctx, name: &str) -> String {
 /// (Re)creates a message table through the proxy (so it is loaded at once) and waits until the
 /// proxy answers `ACK` on it.
 pub(crate) async fn create_message_table(ctx: &Ctx, name: &str) -> Result<(), String> {
+    create_message_table_purging(ctx, name, PURGE_AFTER).await
+}
+
+/// [`create_message_table`] with this `vt_purge_after` (seconds).
+pub(crate) async fn create_message_table_purging(
+    ctx: &Ctx,
+    name: &str,
+    purge_after: f64,
+) -> Result<(), String> {
     let mut c = Conn::connect(&ctx.proxied)
         .await
         .map_err(|e| format!("connect to msgproxy: {e}"))?;
     exec(&mut c, &format!("DROP TABLE IF EXISTS `{name}`")).await?;
-    exec(&mut c, &create_table_sql(ctx, name)).await?;
+    exec(&mut c, &create_table_sql(ctx, name, purge_after)).await?;
     wait_loaded(&mut c, name).await?;
     c.quit().await;
     Ok(())
@@ -159,10 +171,13 @@ pub(crate) struct Received {
 }
 
 /// A STREAM consumer through the proxy: reads rows until `stop`, hands ids to its acker, and
-/// measures latency against `times` when given.
+/// measures latency against `times` when given. With `condition`, a filtered stream
+/// (`STREAM * FROM t WHERE condition`).
+#[allow(clippy::too_many_arguments)]
 async fn consume(
     target: Target,
     table: String,
+    condition: Option<String>,
     acks: mpsc::UnboundedSender<i64>,
     times: Option<Arc<CommitTimes>>,
     measure_from_id: i64,
@@ -173,7 +188,11 @@ async fn consume(
         .await
         .map_err(|e| format!("connect a consumer: {e}"))?;
     let t0 = Instant::now();
-    c.start_stream(&format!("STREAM * FROM `{table}`"))
+    let statement = match &condition {
+        Some(cond) => format!("STREAM * FROM `{table}` WHERE {cond}"),
+        None => format!("STREAM * FROM `{table}`"),
+    };
+    c.start_stream(&statement)
         .await
         .map_err(|e| format!("STREAM: {e}"))?;
     let mut first_row = first_row;
@@ -232,6 +251,9 @@ pub(crate) enum AckForm {
     /// The ordinary SQL an application acks with by hand (MESSAGING.md §6):
     /// `UPDATE t SET time_acked = now, time_next = NULL WHERE id IN (...) AND time_acked IS NULL`.
     Update,
+    /// What an application that keeps no acked rows writes (as msgproxy's `ACK` does with
+    /// `vt_purge_after=0`): `DELETE FROM t WHERE id IN (...) AND time_acked IS NULL`.
+    Delete,
 }
 
 /// Acks what its consumer received, in batches of whatever has arrived meanwhile (at most one
@@ -271,6 +293,9 @@ pub(crate) async fn ack_loop(
                 "UPDATE `{table}` SET time_acked = {}, time_next = NULL WHERE id IN ({list}) AND time_acked IS NULL",
                 unix_ns()
             ),
+            AckForm::Delete => format!(
+                "DELETE FROM `{table}` WHERE id IN ({list}) AND time_acked IS NULL"
+            ),
         };
         let out = loop {
             match c.query(&sql).await {
@@ -305,6 +330,8 @@ pub(crate) struct Consumers {
     pub(crate) acked: Arc<AtomicU64>,
     /// Least time between one acker's ACKs (`--ack-interval-ms`).
     ack_interval: Duration,
+    /// The streams' `WHERE` condition (`--stream-where`), if they are filtered.
+    condition: Option<String>,
 }
 
 impl Consumers {
@@ -315,8 +342,10 @@ impl Consumers {
         n: usize,
         times: Option<Arc<CommitTimes>>,
         measure_from_id: i64,
+        condition: Option<&str>,
     ) -> Consumers {
         let mut group = Consumers::none(ack_interval);
+        group.condition = condition.map(str::to_string);
         for _ in 0..n {
             group.add(target, table, times.clone(), measure_from_id, None);
         }
@@ -332,6 +361,7 @@ impl Consumers {
             ackers: JoinSet::new(),
             acked: Arc::new(AtomicU64::new(0)),
             ack_interval,
+            condition: None,
         }
     }
 
@@ -356,6 +386,7 @@ impl Consumers {
         self.streams.spawn(consume(
             target.clone(),
             table.into(),
+            self.condition.clone(),
             tx,
             times,
             measure_from_id,
@@ -499,6 +530,7 @@ async fn latency_run(
         ctx.opts.consumers,
         Some(times.clone()),
         measure_from_id,
+        None,
     )
     .await;
     let producer_target = if through_proxy {

@@ -20,7 +20,7 @@ use crate::events::{EventLog, Kind};
 use crate::wire::{Conn, Target};
 
 /// Longest any one statement may take before its connection is given up as stuck.
-const STATEMENT_LIMIT: Duration = Duration::from_secs(10);
+pub const STATEMENT_LIMIT: Duration = Duration::from_secs(10);
 /// Most ids one ACK statement carries.
 const MAX_ACK_BATCH: usize = 200;
 
@@ -135,6 +135,10 @@ impl Workload {
         &self.shared.stats
     }
 
+    pub fn consumers(&self) -> usize {
+        self.shared.cfg.consumers
+    }
+
     /// Drops consumer `i`'s connections (the "disconnect consumer" fault).
     pub fn kill_consumer(&self, i: usize) {
         self.shared.sessions[i]
@@ -164,7 +168,7 @@ impl Workload {
 }
 
 /// Connects, retrying with backoff until it works or `stop` is cancelled.
-async fn connect_retrying(target: &Target, stop: &CancellationToken) -> Option<Conn> {
+pub async fn connect_retrying(target: &Target, stop: &CancellationToken) -> Option<Conn> {
     let mut backoff = Duration::from_millis(50);
     loop {
         if stop.is_cancelled() {
@@ -182,7 +186,7 @@ async fn connect_retrying(target: &Target, stop: &CancellationToken) -> Option<C
 }
 
 /// One statement, with a time limit.
-async fn run(c: &mut Conn, sql: &str) -> Result<(), String> {
+pub async fn run(c: &mut Conn, sql: &str) -> Result<(), String> {
     match tokio::time::timeout(STATEMENT_LIMIT, c.query(sql)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),

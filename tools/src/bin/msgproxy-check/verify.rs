@@ -57,6 +57,7 @@ pub struct Report {
 }
 
 impl Report {
+    #[cfg(test)]
     pub fn violation_count(&self) -> usize {
         self.violations.values().map(Vec::len).sum()
     }
@@ -100,6 +101,7 @@ pub fn verify(events: &[Event], db: &HashMap<i64, Row>, limits: &Limits) -> Repo
             Kind::Acked => {
                 first_ack.entry(e.id).or_insert((e.t_us, &e.who));
             }
+            Kind::AckSent => {}
         }
     }
     r.tried = tried.len();
