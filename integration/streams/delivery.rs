@@ -212,3 +212,96 @@ async fn a_100000_row_transaction_arrives_whole_and_in_order() {
     s.close();
     env.server.stop();
 }
+
+#[tokio::test]
+async fn live_groups_share_one_binlog_reader_and_a_group_behind_catches_up_to_it() {
+    // The server's binlog dump threads are counted: a server of its own.
+    let env = Env::private("evs_shared").await;
+    // A small read-ahead (max_unacked 4, batch_size 2: at most 8 events held) makes the slow
+    // group below leave the shared reader and come back, again and again.
+    env.ddl(&orders_events(",max_unacked=4,batch_size=2")).await;
+    let early = insert_direct(&env, 20, 5, "old").await;
+    let mut live = Vec::new();
+    for g in 0..4 {
+        live.push(stream(&env, &format!("* FROM orders_events GROUP 'live{g}'")).await);
+    }
+    let mut replay = stream(&env, "* FROM orders_events GROUP 'replay' START EARLIEST").await;
+    let written = insert_direct(&env, 40, 1, "new").await;
+    let mut acks = env.proxy_conn().await;
+    // Every group gets every event in commit order, acking as it goes (4 held at most).
+    for (g, s) in live.iter_mut().enumerate() {
+        let got = recv_acking(s, &mut acks, &format!("live{g}"), written.len()).await;
+        assert_eq!(
+            row_ids(&got),
+            written,
+            "group live{g}: every event in order"
+        );
+    }
+    let all = [early.clone(), written.clone()].concat();
+    let got = recv_acking(&mut replay, &mut acks, "replay", all.len()).await;
+    assert_eq!(
+        row_ids(&got),
+        all,
+        "the replaying group: every event in order"
+    );
+    // Caught up, every group is on the table's shared reader: the server serves msgproxy two
+    // binlog dump threads (its message-table watcher's and the shared reader's), not six.
+    let mut c = env.direct_conn().await;
+    let deadline = tokio::time::Instant::now() + secs(30);
+    loop {
+        let dumps: Option<u64> = mysql_async::prelude::Queryable::query_first(
+            &mut c,
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND = 'Binlog Dump'",
+        )
+        .await
+        .unwrap();
+        if dumps.unwrap_or(0) <= 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{dumps:?} binlog dump threads: the groups did not hand over to one shared reader\n{}",
+            env.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // On the shared reader, every group still gets everything, in order.
+    let more = insert_direct(&env, 30, 3, "more").await;
+    for (g, s) in live.iter_mut().enumerate() {
+        let got = recv_acking(s, &mut acks, &format!("live{g}"), more.len()).await;
+        assert_eq!(row_ids(&got), more, "group live{g} on the shared reader");
+    }
+    let got = recv_acking(&mut replay, &mut acks, "replay", more.len()).await;
+    assert_eq!(
+        row_ids(&got),
+        more,
+        "the replaying group on the shared reader"
+    );
+    for s in live {
+        s.close();
+    }
+    replay.close();
+    let _ = c.disconnect().await;
+    env.server.stop();
+}
+
+/// `n` events of `group`'s stream `s`, each batch acked as it comes (the group holds at most
+/// `max_unacked` per stream).
+async fn recv_acking(
+    s: &mut Stream,
+    acks: &mut mysql_async::Conn,
+    group: &str,
+    n: usize,
+) -> Vec<Msg> {
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + secs(30);
+    while got.len() < n && tokio::time::Instant::now() < deadline {
+        let batch = s.drain(Duration::from_millis(200)).await;
+        if batch.is_empty() {
+            continue;
+        }
+        ack(acks, "orders_events", group, &ids(&batch)).await;
+        got.extend(batch);
+    }
+    got
+}

@@ -3,7 +3,8 @@
 //! A group exists in the store (msgproxy's own table) from its first `STREAM ... GROUP` (or
 //! `SEEK`) until `DROP GROUP`. A proxy with streams of a group runs one task for it
 //! ([`Group::run`]): it takes the group's lease, loads its progress, reads the binlog from there
-//! with a reader of its own, hands events to the group's streams, and saves the progress every
+//! with a reader of its own (and on the table's shared reader once it has caught up with it:
+//! `shared.rs`), hands events to the group's streams, and saves the progress every
 //! [`SAVE_EVERY`] (so an `ACK` is durable within 100 ms). A proxy that cannot take the lease
 //! keeps trying; its streams wait, and take over from the durable progress once the serving
 //! proxy is gone. A group with no streams and nothing in flight for [`IDLE_AFTER`] gives its
@@ -24,6 +25,7 @@ use super::group::{GroupState, Progress, StreamId};
 use super::locate::{self, Target};
 use super::reader::{self, Event, ReaderError, ReaderMsg, ReaderTarget};
 use super::registry::{Registry, StreamLookup, StreamTable};
+use super::shared::{Piece, SharedReaders};
 use super::store::{GroupKey, GroupRow, Store, RENEW_EVERY};
 use crate::config::BackendTarget;
 use crate::sql::Filter;
@@ -224,6 +226,8 @@ pub struct StreamEngine {
     /// This proxy's name in leases: host, process and a random part.
     pub me: String,
     reader_opts: Opts,
+    /// The tables' shared readers, for groups at the head of the binlog.
+    shared: Arc<SharedReaders>,
     shutdown: CancellationToken,
     table_ready: tokio::sync::OnceCell<()>,
     /// The groups' tasks: at shutdown each saves its group's progress and gives its lease up
@@ -260,6 +264,7 @@ impl StreamEngine {
             groups: Mutex::new(HashMap::new()),
             me,
             reader_opts: backend.mysql_async_opts().into(),
+            shared: SharedReaders::new(backend.mysql_async_opts().into(), shutdown.clone()),
             shutdown,
             table_ready: tokio::sync::OnceCell::new(),
             tasks: tokio_util::task::TaskTracker::new(),
@@ -475,8 +480,14 @@ impl StreamEngine {
             let gone = matches!(inner.mode, Mode::Gone(_));
             if let (Some(state), false) = (inner.state.as_mut(), gone) {
                 let n = state.ack(ids);
+                // Streams wait for events, or for room under max_unacked: an ack matters to
+                // them only when events wait (a stream may have room for them now). Waking
+                // every stream of the group at every ACK cost two thread wake-ups an event.
+                let wake = n > 0 && state.has_waiting();
                 drop(inner);
-                group.changed.notify_waiters();
+                if wake {
+                    group.changed.notify_waiters();
+                }
                 return Ok(n);
             }
         }

@@ -94,7 +94,7 @@ impl GroupState {
     /// Takes in a committed transaction's events (`passes`: the group's filter) and where it ends.
     pub fn committed(
         &mut self,
-        events: Vec<Event>,
+        events: Vec<Arc<Event>>,
         end: BinlogPosition,
         passes: impl Fn(&Event) -> bool,
     ) {
@@ -114,24 +114,39 @@ impl GroupState {
             self.outstanding.insert(
                 event.id,
                 Outstanding {
-                    event: Arc::new(event),
+                    event,
                     in_flight: None,
                     deliveries: 0,
                 },
             );
         }
-        self.read_upto = end;
+        self.read_to(end);
         self.advance();
     }
 
     /// Transactions of other tables were read up to `end`.
     pub fn progress(&mut self, end: BinlogPosition) {
-        if self.read_upto != end {
-            self.read_upto = end;
-            if self.outstanding.is_empty() {
-                self.dirty = true;
-            }
+        if self.read_to(end) && self.outstanding.is_empty() {
+            self.dirty = true;
         }
+    }
+
+    /// Everything before `end` has been read; whether that moved `read_upto`. Never back: a
+    /// reader that starts again behind it (after falling out of a shared reader) reads what the
+    /// group has seen again, and those events are skipped by id.
+    fn read_to(&mut self, end: BinlogPosition) -> bool {
+        if position_before(&self.read_upto, &end) {
+            self.read_upto = end;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Where the group has read up to: the end of the last transaction read (or where reading
+    /// started).
+    pub fn read_upto(&self) -> &BinlogPosition {
+        &self.read_upto
     }
 
     /// Moves `floor` up to the lowest outstanding event, dropping acked ids below it.
@@ -312,6 +327,12 @@ impl GroupState {
     pub fn oldest_outstanding_timestamp(&self) -> Option<u32> {
         self.outstanding.values().next().map(|o| o.event.timestamp)
     }
+}
+
+/// Whether `a` comes before `b` in the binlog. Files are numbered (`mariadb-bin.000123`): a
+/// longer name is a later file once the number outgrows its zero padding.
+pub fn position_before(a: &BinlogPosition, b: &BinlogPosition) -> bool {
+    (a.file.len(), a.file.as_str(), a.pos) < (b.file.len(), b.file.as_str(), b.pos)
 }
 
 #[cfg(test)]

@@ -2,7 +2,13 @@
 //! there, hand events to the group's streams, save the progress every [`SAVE_EVERY`]; again after
 //! losing the lease; give the group up when it has been idle for [`IDLE_AFTER`].
 
+use std::collections::VecDeque;
+
+use tokio::sync::broadcast;
+
 use super::*;
+use crate::binlog::BinlogPosition;
+use crate::streams::group::position_before;
 
 impl StreamEngine {
     fn forget(&self, group: &Arc<Group>) {
@@ -112,8 +118,6 @@ impl StreamEngine {
         };
         let mut progress = row.progress;
         loop {
-            let reader_stop = group.stop.child_token();
-            let (tx, mut rx) = mpsc::channel::<ReaderMsg>(64);
             {
                 let mut inner = group.lock();
                 let mut state = GroupState::new(progress.clone());
@@ -127,19 +131,15 @@ impl StreamEngine {
                 }
             }
             group.changed.notify_waiters();
-            let target = ReaderTarget {
-                opts: self.reader_opts.clone(),
-                schema: group.key.schema.clone(),
-                table: group.key.table.clone(),
+            // The group reads alone from where it must resume, and hands over to the table's
+            // shared reader once it has caught up with it.
+            let mut sources = Sources {
+                own: Some(self.own_reader(group, progress.resume.clone())),
+                shared: Some(self.shared.subscribe(&group.key.schema, &group.key.table)),
+                ahead: VecDeque::new(),
             };
-            tokio::spawn(reader::run(
-                target,
-                progress.resume.clone(),
-                tx,
-                reader_stop.clone(),
-            ));
-            let end = self.deliver(group, &mut rx).await;
-            reader_stop.cancel();
+            let end = self.deliver(group, &mut sources).await;
+            sources.stop_own();
             match end {
                 Delivered::Seek(to) => progress = to,
                 Delivered::LostLease => return Served::LostLease,
@@ -157,41 +157,48 @@ impl StreamEngine {
 
     /// Runs one reader's events into the group until a seek, the lease is lost, or the group
     /// stops.
-    async fn deliver(&self, group: &Arc<Group>, rx: &mut mpsc::Receiver<ReaderMsg>) -> Delivered {
+    async fn deliver(&self, group: &Arc<Group>, sources: &mut Sources) -> Delivered {
         let mut save = tokio::time::interval(SAVE_EVERY);
         save.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_save = Instant::now();
         let mut reading = true;
         loop {
-            let (window, next_deadline) = {
+            let (window, next_deadline, waiting) = {
                 let table = group.table();
                 let mut inner = group.lock();
-                let streams = inner.streams.len().max(1);
-                let window = (table.options.max_unacked.saturating_mul(streams))
-                    .max(table.options.batch_size * 4)
-                    .min(1_000_000);
+                let window = read_ahead(&table, inner.streams.len());
                 let next = inner.state.as_mut().and_then(|s| s.expire(Instant::now()));
                 (
                     inner.state.as_ref().is_some_and(|s| s.wants_more(window)),
                     next,
+                    inner.state.as_ref().is_some_and(GroupState::has_waiting),
                 )
             };
-            group.changed.notify_waiters();
+            // The streams are woken for events to send (new ones, or ones whose deadline
+            // passed); mode changes and departures wake them where they happen. Waking them
+            // at every turn of this loop (every transaction read, every save tick) woke each
+            // stream for nothing most of the time.
+            if waiting {
+                group.changed.notify_waiters();
+            }
+            // A group on the shared reader whose streams do not keep up reads alone: the
+            // shared pieces are not held for it (memory), nor is anyone else held back.
+            if sources.own.is_none() && !window && reading {
+                self.read_alone(group, sources);
+            }
             let deadline = next_deadline.map_or_else(
                 || tokio::time::Instant::now() + Duration::from_secs(3600),
                 tokio::time::Instant::from_std,
             );
             tokio::select! {
                 _ = group.stop.cancelled() => return Delivered::Stopped,
-                msg = rx.recv(), if window && reading => match msg {
+                piece = next_piece(&mut sources.shared), if reading && (sources.own.is_some() || window) => {
+                    self.took_piece(group, sources, piece);
+                }
+                msg = next_own(&mut sources.own), if window && reading => match msg {
                     Some(ReaderMsg::Committed { events, end }) => {
-                        let table = group.table();
-                        let mut inner = group.lock();
-                        if let Some(state) = inner.state.as_mut() {
-                            state.committed(events, end, |e| {
-                                group.filter.as_ref().is_none_or(|f| filter::matches(f, e, &*table))
-                            });
-                        }
+                        Self::take_in(group, events, end);
+                        self.hand_over(group, sources);
                     }
                     Some(ReaderMsg::Opened) => {
                         if group.mode() == Mode::Starting {
@@ -199,9 +206,8 @@ impl StreamEngine {
                         }
                     }
                     Some(ReaderMsg::Progress(end)) => {
-                        if let Some(state) = group.lock().state.as_mut() {
-                            state.progress(end);
-                        }
+                        Self::take_in(group, Vec::new(), end);
+                        self.hand_over(group, sources);
                     }
                     Some(ReaderMsg::Failed(ReaderError::TableGone(at))) => {
                         // Groups of a dropped table are gone with it (STREAMS.md §2).
@@ -297,6 +303,179 @@ impl StreamEngine {
                 group.key.group, group.key.schema, group.key.table
             ),
         }
+    }
+}
+
+impl StreamEngine {
+    /// A reader of the group's own from `from`.
+    fn own_reader(&self, group: &Group, from: BinlogPosition) -> OwnReader {
+        let stop = group.stop.child_token();
+        let (tx, rx) = mpsc::channel::<ReaderMsg>(reader::QUEUE);
+        let target = ReaderTarget {
+            opts: self.reader_opts.clone(),
+            schema: group.key.schema.clone(),
+            table: group.key.table.clone(),
+        };
+        tokio::spawn(reader::run(target, from, tx, stop.clone()));
+        OwnReader { rx, stop }
+    }
+
+    /// A stretch of the binlog read (by either reader): its events of the table (none: only
+    /// other tables' transactions), up to `end`.
+    fn take_in(group: &Group, events: Vec<Arc<Event>>, end: BinlogPosition) {
+        let table = group.table();
+        let mut inner = group.lock();
+        let Some(state) = inner.state.as_mut() else {
+            return;
+        };
+        if events.is_empty() {
+            state.progress(end);
+        } else {
+            state.committed(events, end, |e| {
+                group
+                    .filter
+                    .as_ref()
+                    .is_none_or(|f| filter::matches(f, e, &*table))
+            });
+        }
+    }
+
+    /// A piece from the shared reader: taken in (on it), kept for the hand-over (reading
+    /// alone), or the sign to read alone (it overflowed, or the shared reader ended).
+    fn took_piece(
+        &self,
+        group: &Group,
+        sources: &mut Sources,
+        piece: Result<Arc<Piece>, broadcast::error::RecvError>,
+    ) {
+        match piece {
+            Ok(piece) if sources.own.is_none() => {
+                Self::take_in(group, piece.events.clone(), piece.end.clone());
+            }
+            Ok(piece) => {
+                sources.ahead.push_back(piece);
+                if sources.ahead.len() > AHEAD {
+                    sources.ahead.pop_front();
+                }
+                self.hand_over(group, sources);
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                sources.ahead.clear();
+                if sources.own.is_none() {
+                    self.read_alone(group, sources);
+                }
+            }
+            Err(broadcast::error::RecvError::Closed) => {
+                sources.ahead.clear();
+                sources.shared = None;
+                if sources.own.is_none() {
+                    self.read_alone(group, sources);
+                }
+            }
+        }
+    }
+
+    /// While reading alone: once the group has read up to where a kept shared piece starts, the
+    /// shared reader goes on from there (nothing between is missed; what the group has already
+    /// seen is known by id), and the group's own reader stops.
+    fn hand_over(&self, group: &Group, sources: &mut Sources) {
+        if sources.own.is_none() || sources.ahead.is_empty() {
+            return;
+        }
+        let read_upto = {
+            let table = group.table();
+            let inner = group.lock();
+            let window = read_ahead(&table, inner.streams.len());
+            match inner.state.as_ref() {
+                // Not while the group holds more than half its read-ahead: it would leave the
+                // shared reader again at once (each time with a new binlog connection).
+                Some(state) if state.outstanding() <= window / 2 => state.read_upto().clone(),
+                _ => return,
+            }
+        };
+        // Pieces the group has read past already.
+        while sources
+            .ahead
+            .front()
+            .is_some_and(|p| !position_before(&read_upto, &p.end))
+        {
+            sources.ahead.pop_front();
+        }
+        match sources.ahead.front() {
+            Some(p) if !position_before(&read_upto, &p.from) => {}
+            _ => return,
+        }
+        sources.stop_own();
+        for piece in std::mem::take(&mut sources.ahead) {
+            Self::take_in(group, piece.events.clone(), piece.end.clone());
+        }
+        if group.mode() == Mode::Starting {
+            Self::set_mode(group, Mode::Serving);
+        }
+    }
+
+    /// Leaves the shared reader: the group reads alone from where it must resume (the events
+    /// it holds are read again and known by id), following the shared reader anew for a later
+    /// hand-over.
+    fn read_alone(&self, group: &Group, sources: &mut Sources) {
+        let Some(from) = group.lock().state.as_ref().map(|s| s.snapshot().resume) else {
+            return;
+        };
+        sources.ahead.clear();
+        sources.shared = Some(self.shared.subscribe(&group.key.schema, &group.key.table));
+        sources.stop_own();
+        sources.own = Some(self.own_reader(group, from));
+    }
+}
+
+/// The most events a group holds read and not done: its reader waits beyond it (so a group far
+/// behind reads as it delivers), and it leaves the shared reader.
+fn read_ahead(table: &StreamTable, streams: usize) -> usize {
+    (table.options.max_unacked.saturating_mul(streams.max(1)))
+        .max(table.options.batch_size * 4)
+        .min(1_000_000)
+}
+
+/// Shared pieces a group reading alone keeps for its hand-over; older ones are dropped (the
+/// group is then far behind, and reads on alone).
+const AHEAD: usize = 256;
+
+/// Where a serving group's events come from: a reader of its own, or the table's shared one.
+struct Sources {
+    own: Option<OwnReader>,
+    shared: Option<broadcast::Receiver<Arc<Piece>>>,
+    /// While the group reads alone: the shared reader's latest pieces, for the hand-over.
+    ahead: VecDeque<Arc<Piece>>,
+}
+
+impl Sources {
+    fn stop_own(&mut self) {
+        if let Some(own) = self.own.take() {
+            own.stop.cancel();
+        }
+    }
+}
+
+struct OwnReader {
+    rx: mpsc::Receiver<ReaderMsg>,
+    stop: CancellationToken,
+}
+
+/// The group's own reader's next message (never, when it has none).
+async fn next_own(own: &mut Option<OwnReader>) -> Option<ReaderMsg> {
+    match own {
+        Some(o) => o.rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The shared reader's next piece (never, when the group does not follow one).
+async fn next_piece(
+    shared: &mut Option<broadcast::Receiver<Arc<Piece>>>,
+) -> Result<Arc<Piece>, broadcast::error::RecvError> {
+    match shared {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
     }
 }
 

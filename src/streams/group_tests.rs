@@ -8,14 +8,14 @@ fn pos(p: u64) -> BinlogPosition {
     }
 }
 
-fn ev(seq: u64, ordinal: u64) -> Event {
-    Event {
+fn ev(seq: u64, ordinal: u64) -> Arc<Event> {
+    Arc::new(Event {
         id: event_id(seq, ordinal),
         tx_start: pos(seq * 100),
         timestamp: seq as u32,
         columns: Vec::new().into(),
         values: Vec::new(),
-    }
+    })
 }
 
 fn ids(batch: &[Arc<Event>]) -> Vec<u64> {
@@ -118,4 +118,40 @@ fn the_window_bounds_what_is_read() {
     g.committed((0..10).map(|i| ev(1, i)).collect(), pos(150), |_| true);
     assert!(!g.wants_more(10));
     assert!(g.wants_more(11));
+}
+
+#[test]
+fn binlog_positions_order_by_file_number_then_offset() {
+    let at = |file: &str, pos: u64| BinlogPosition {
+        file: file.into(),
+        pos,
+    };
+    assert!(position_before(
+        &at("bin.000001", 900),
+        &at("bin.000002", 4)
+    ));
+    assert!(position_before(
+        &at("bin.000001", 4),
+        &at("bin.000001", 900)
+    ));
+    assert!(!position_before(
+        &at("bin.000001", 900),
+        &at("bin.000001", 900)
+    ));
+    // Past its zero padding the number gets a digit more: still later.
+    assert!(position_before(
+        &at("bin.999999", 900),
+        &at("bin.1000000", 4)
+    ));
+}
+
+#[test]
+fn reading_never_goes_back() {
+    let mut g = fresh();
+    g.committed(vec![ev(2, 0)], pos(250), |_| true);
+    // A reader started again behind (after leaving a shared reader) reads it again.
+    g.committed(vec![ev(2, 0)], pos(250), |_| true);
+    g.progress(pos(150));
+    assert_eq!(g.read_upto(), &pos(250));
+    assert_eq!(g.outstanding(), 1, "an event read twice is held once");
 }

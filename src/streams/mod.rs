@@ -3,8 +3,10 @@
 //!
 //! - `options.rs` — the `msgproxy_stream` table comment;
 //! - `registry.rs` — the stream tables, loaded from `information_schema`;
-//! - `reader.rs` — a group's own binlog reader: committed inserts of one table as events, with
-//!   their event ids;
+//! - `reader.rs` — a binlog reader: committed inserts of one table as events, with their event
+//!   ids;
+//! - `shared.rs` — one reader per table for the groups at the binlog's head (a group behind
+//!   reads alone);
 //! - `ddl.rs` — whether a DDL statement in the binlog creates the table or makes it go;
 //! - `locate.rs` — where `START`/`SEEK` positions are in the binlog;
 //! - `encode.rs` — a binlog value as the text protocol sends it;
@@ -25,4 +27,5 @@ pub mod options;
 pub mod reader;
 pub mod registry;
 pub mod serve;
+pub mod shared;
 pub mod store;

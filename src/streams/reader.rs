@@ -1,8 +1,10 @@
-//! A group's own binlog reader: one binlog connection from a position, yielding the committed
-//! inserts of one table as events, a transaction at a time, never mid-transaction.
+//! A binlog reader: one binlog connection from a position, yielding the committed inserts of one
+//! table as events, a transaction at a time, never mid-transaction.
 //!
-//! Each group served by this proxy reads the binlog itself (docs/STREAMS.md, "How msgproxy
-//! reads events"): from where the group must resume, at its own pace. The channel to the group
+//! A group served by this proxy reads the binlog with one of its own (docs/STREAMS.md, "Reading
+//! the binlog") from where it must resume, at its own pace, until it has caught up with the
+//! table's shared reader (`shared.rs`, the same reader started at the binlog's end). The channel
+//! to the group
 //! is bounded, so a group far behind reads as it delivers and memory stays bounded (apart from
 //! one transaction's rows of the table, held until its commit).
 //!
@@ -55,6 +57,11 @@ pub fn seq_no_of(id: u64) -> u64 {
     id >> ORDINAL_BITS
 }
 
+/// Transactions a reader hands over ahead of its group (the channel's size). Memory: a group
+/// holds at most its read-ahead of events, plus this many transactions' rows of the table in
+/// the channel (it was 64: a replay of 1000-row transactions could hold 64,000 events there).
+pub const QUEUE: usize = 8;
+
 /// How often the server sends a heartbeat when it has nothing for the reader.
 const HEARTBEAT: Duration = Duration::from_secs(1);
 /// A stream silent for this long is taken as broken.
@@ -89,9 +96,10 @@ pub struct Event {
 /// What a reader sends its group.
 #[derive(Debug)]
 pub enum ReaderMsg {
-    /// A committed transaction's events of the table, and where the transaction ends.
+    /// A committed transaction's events of the table, and where the transaction ends (shared:
+    /// the groups reading one shared reader hold the same events).
     Committed {
-        events: Vec<Event>,
+        events: Vec<Arc<Event>>,
         end: BinlogPosition,
     },
     /// The binlog stream is open (the server accepted the position).
@@ -373,8 +381,10 @@ impl<'t> Reading<'t> {
             {
                 self.progress_pending = false;
                 self.last_progress = tokio::time::Instant::now();
+                // The safe position, not the last commit's end: a group that resumes from
+                // here must meet the prepares of XA transactions still open.
                 if tx
-                    .send(ReaderMsg::Progress(self.committed.clone()))
+                    .send(ReaderMsg::Progress(self.safe_position()))
                     .await
                     .is_err()
                 {
@@ -647,15 +657,17 @@ impl<'t> Reading<'t> {
         };
         let seq_no = group.seq_no.filter(|s| *s <= MAX_SEQ_NO)?;
         let start = self.resume_for(&start);
-        let events: Vec<Event> = rows
+        let events: Vec<Arc<Event>> = rows
             .into_iter()
             .enumerate()
-            .map(|(ordinal, row)| Event {
-                id: event_id(seq_no, ordinal as u64),
-                tx_start: start.clone(),
-                timestamp: group.timestamp,
-                columns: row.columns,
-                values: row.values,
+            .map(|(ordinal, row)| {
+                Arc::new(Event {
+                    id: event_id(seq_no, ordinal as u64),
+                    tx_start: start.clone(),
+                    timestamp: group.timestamp,
+                    columns: row.columns,
+                    values: row.values,
+                })
             })
             .collect();
         self.last_progress = tokio::time::Instant::now();
@@ -693,7 +705,7 @@ impl<'t> Reading<'t> {
         self.progress_pending = false;
         self.last_progress = tokio::time::Instant::now();
         Some(ReaderMsg::Committed {
-            events,
+            events: events.into_iter().map(Arc::new).collect(),
             end: self.safe_position(),
         })
     }

@@ -23,7 +23,10 @@
 //! - `ddl` — DDL of plain and temporary tables, and of message tables, one connection.
 //! - `handqueue` — msgproxy's queue against one written by hand in SQL on the same server.
 //! - `streams` — event streams (docs/STREAMS.md §5): one group's delivered-and-acked events/s
-//!   (InnoDB and BLACKHOLE stream tables) against the server's insert rate; four groups.
+//!   (InnoDB and BLACKHOLE stream tables, single-row and multi-row inserts) against the
+//!   server's insert rate; four groups; latency; replay from `START EARLIEST`.
+//! - `stream_jetstream` — the same event-stream loads on NATS JetStream: a stream with several
+//!   durable consumers (feature `brokers`), in the streams scenario's table.
 //! - `haproxy` — HAProxy in TCP mode in front of the same server, the point SELECTs' third side.
 //! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
 
@@ -42,6 +45,8 @@ mod wire;
 
 #[cfg(feature = "brokers")]
 mod brokers;
+#[cfg(feature = "brokers")]
+mod stream_jetstream;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -136,6 +141,10 @@ pub struct Opts {
     /// Rows per INSERT in the multi-row runs (messages per confirmed batch for the brokers).
     #[arg(long, default_value_t = 100)]
     pub multi_rows: usize,
+    /// Events of the streams scenario's replay from `START EARLIEST` (a tenth of them are
+    /// replayed first, for the memory comparison) [default: 1000000; 2000 with --smoke].
+    #[arg(long)]
+    pub replay_events: Option<u64>,
     /// Messages per second of the latency runs.
     #[arg(long, default_value_t = 1000.0)]
     pub rate: f64,
@@ -214,6 +223,12 @@ impl Opts {
     pub fn large_rows(&self) -> u64 {
         self.large_rows
             .unwrap_or(if self.smoke { 10_000 } else { 1_000_000 })
+    }
+
+    pub fn replay_events(&self) -> u64 {
+        self.replay_events
+            .unwrap_or(if self.smoke { 2_000 } else { 1_000_000 })
+            .max(10)
     }
 
     pub fn backlog_rows(&self) -> u64 {
