@@ -40,7 +40,7 @@ where
             .spares
             .take(ctx.config.backend_connect_timeout)
             .await
-            .map(Greeter::Fresh),
+            .map(|fresh| Greeter::Fresh(Box::new(fresh))),
     };
     let fresh = match fresh {
         Ok(b) => b,
@@ -69,7 +69,7 @@ where
     let login = connection_phase(ctx.clone(), PacketReader::new(stream), &mut unused, peer);
     let outcome = tokio::time::timeout(handshake_timeout, login).await;
     match unused {
-        Some(Greeter::Fresh(fresh)) => ctx.spares.give_back(fresh),
+        Some(Greeter::Fresh(fresh)) => ctx.spares.give_back(*fresh),
         Some(Greeter::Warm(warm)) => ctx.pool.put_back(*warm),
         None => {}
     }
@@ -93,7 +93,7 @@ fn with_connect_sql_state(mut err: ErrorPacket) -> ErrorPacket {
 /// The backend connection a client is greeted with (its thread id is in the greeting).
 pub enum Greeter {
     /// Connected, never logged in (`spares`).
-    Fresh(Fresh),
+    Fresh(Box<Fresh>),
     /// Logged in and reset (`pool`): it serves the client if the client's settings match.
     Warm(Box<Warm>),
 }
@@ -328,7 +328,7 @@ async fn backend_for(
     response: &HandshakeResponse<'_>,
 ) -> Result<Served, crate::backend::BackendError> {
     let warm = match greeter {
-        Greeter::Fresh(fresh) => return log_in(ctx, fresh, response).await,
+        Greeter::Fresh(fresh) => return log_in(ctx, *fresh, response).await,
         Greeter::Warm(warm) => {
             if warm.ticket.key == PoolKey::of(&warm.backend, response) {
                 Some(*warm)
