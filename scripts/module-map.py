@@ -2,6 +2,7 @@
 """Print which modules each module of the product crate (src/) uses, and report import circles.
 
     scripts/module-map.py [--quiet] [--dir DIR]... [SRC_DIR]
+    scripts/module-map.py --self-test     (the checker checked on small made-up crates)
 
 Every source file is one module (a file declared with `#[path]` or inside another module's directory counts as
 its own). A dependency is any path that names another module of the crate: `use crate::a::b`, `use super::x`,
@@ -363,9 +364,82 @@ def main(argv):
     if found:
         print(f"module-map: {len(found)} import circle(s) within a directory", file=sys.stderr)
         return 1
-    print(f"module-map: {len(edges)} modules, no import circles within a directory", file=sys.stderr)
+    where = ", ".join(d + "/" for d in dirs) if dirs else "any directory"
+    print(f"module-map: {len(edges)} modules, no import circles within {where}", file=sys.stderr)
     return 0
 
 
+def self_test():
+    """Checks the checker on small made-up crates: the circles it must find, and the dependencies that are not
+    circles. Returns the number of failures."""
+    import tempfile
+
+    cases = [
+        # (name, files, circle expected)
+        ("siblings through a helper", {
+            "lib.rs": "mod m;",
+            "m/mod.rs": "mod a;\nmod b;",
+            "m/a.rs": "fn f() { super::b::g(); }",
+            "m/b.rs": "use super::a::Thing;",
+        }, True),
+        ("crate:: paths and groups", {
+            "lib.rs": "mod m;",
+            "m/mod.rs": "mod a;\nmod b;\nmod c;",
+            "m/a.rs": "use crate::m::{b::X, c};",
+            "m/b.rs": "use crate::m::c::Y;",
+            "m/c.rs": "use crate::m::a::{self as z};",
+        }, True),
+        ("a #[path] child that imports its parent", {
+            "lib.rs": "mod m;",
+            "m/mod.rs": "mod a;",
+            "m/a.rs": '#[path = "a_part.rs"]\nmod part;\nfn f() { part::g(); }',
+            "m/a_part.rs": "use super::Thing;",
+        }, True),
+        ("a chain, tests, comments and strings", {
+            "lib.rs": "mod m;",
+            "m/mod.rs": "mod a;\nmod b;",
+            "m/a.rs": "use super::b::X;\n#[cfg(test)]\nmod tests { use super::*; }",
+            "m/b.rs": '// super::a::f\nconst S: &str = "super::a::f";\nconst R: &str = r#"super::a"#;',
+        }, False),
+        ("a re-export in mod.rs is not a use", {
+            "lib.rs": "mod m;",
+            "m/mod.rs": "mod a;\npub use a::Thing;\npub struct Settings;",
+            "m/a.rs": "use super::Settings;\npub struct Thing(Settings);",
+        }, False),
+        ("a name imported by the parent leads to where it is defined", {
+            "lib.rs": "mod m;",
+            "m/mod.rs": "mod a;\nmod b;\npub(crate) use a::Thing;",
+            "m/a.rs": "pub struct Thing;\nfn g() { super::b::h(); }",
+            "m/b.rs": "fn h() {}\nuse super::Thing;",
+        }, True),
+        ("circles across directories are not reported", {
+            "lib.rs": "mod m;\nmod n;",
+            "m/mod.rs": "use crate::n::X;",
+            "n/mod.rs": "use crate::m::Y;",
+        }, False),
+    ]
+    failures = 0
+    for name, files, expected in cases:
+        with tempfile.TemporaryDirectory() as src:
+            for rel_path, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(src, rel_path)), exist_ok=True)
+                with open(os.path.join(src, rel_path), "w", encoding="utf-8") as f:
+                    f.write(text + "\n")
+            with open(os.devnull, "w") as devnull:
+                saved, sys.stderr = sys.stderr, devnull
+                try:
+                    found = main(["--quiet", src]) == 1
+                finally:
+                    sys.stderr = saved
+        if found != expected:
+            failures += 1
+            print(f"self-test: {name}: circle {'not ' if expected else ''}found, expected the opposite",
+                  file=sys.stderr)
+    print(f"module-map self-test: {len(cases) - failures} of {len(cases)} cases right", file=sys.stderr)
+    return failures
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--self-test"]:
+        sys.exit(1 if self_test() else 0)
     sys.exit(main(sys.argv[1:]))
