@@ -234,6 +234,7 @@ def longest_module(target, modules, hops=0):
 
 
 def dependencies(module, modules):
+    """The files of the crate modules that `module`'s code names."""
     code = module.code
     spans = inline_module_spans(code)
     found = set()
@@ -254,14 +255,9 @@ def dependencies(module, modules):
         paths.append((m.start(), m.group(1)))
     for offset, p in paths:
         target = resolve(module, offset, p, spans, modules)
-        if target is None or target is module:
-            continue
-        # A module within this one (its own tests, say) is part of it; its ancestors are named through
-        # `super::`, which is a real dependency.
-        if target.path[: len(module.path)] == module.path:
-            if target.file == module.file:
-                continue
-        if target.file != module.file:
+        # A path into this file (its inline `mod tests`, say) is no dependency; one to a parent through
+        # `super::` is.
+        if target is not None and target.file != module.file:
             found.add(target.file)
     return found
 
