@@ -11,6 +11,7 @@ mod messages;
 mod ops;
 mod pool;
 mod refusal;
+mod result_client;
 mod session;
 pub mod spares;
 pub mod tls;

@@ -4,7 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use super::engine::{Engine, TableKey};
+use super::engine::Engine;
+use super::table::TableKey;
 use crate::sql::{contains_ignore_ascii_case, DdlEffect};
 
 /// The reload a DDL statement calls for.

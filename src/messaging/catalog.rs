@@ -15,9 +15,9 @@ use std::collections::HashMap;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Row};
 
-use super::engine::TableKey;
+use super::dead_letter;
 use super::options;
-use super::table::{self, hex_upper, ColumnInfo, MessageTable};
+use super::table::{self, hex_upper, ColumnInfo, MessageTable, TableKey};
 
 /// A table's definition, or the reason its `vitess_message` comment does not make it usable.
 pub type Found = (TableKey, Result<MessageTable, String>);
@@ -154,7 +154,7 @@ async fn read_details(
                             .dead_letter
                             .as_ref()
                             .and_then(|dl| dead_letters.get(&(key.0.clone(), dl.clone())));
-                        def.attach_dead_letter(dl.map(Vec::as_slice))
+                        dead_letter::attach(def, dl.map(Vec::as_slice))
                     })
                     .map_err(|e| e.to_string()),
                 Ok(None) => return None,

@@ -7,78 +7,80 @@
 //! marking or moving it there, in the claim's own transaction, is atomic across proxies.
 
 use super::state;
-use super::table::{quote_ident, MessageTable};
-
-/// The `vt_dead_letter` table of a message table, checked against it at load.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    /// Its name, in the message table's database.
-    pub name: String,
-    /// Which optional columns it has, spelled as it spells them: when the message died (Unix
-    /// ns), how often it was sent, and why.
-    pub dead_at: Option<String>,
-    pub attempts: Option<String>,
-    pub reason: Option<String>,
-}
+use super::table::{quote_ident, DeadLetter, MessageTable, TableError, TableProblem};
 
 /// What `reason` says for a message sent `vt_max_attempts` times.
 pub const REASON: &str = "max attempts reached";
 
-impl DeadLetter {
-    /// Checks the dead-letter table's columns (`None`: no such table) against `def`: it needs
-    /// `id` and every user column of `def`. Returns the problems found.
-    pub fn check(
-        def: &MessageTable,
-        name: &str,
-        columns: Option<&[String]>,
-    ) -> Result<DeadLetter, Vec<String>> {
-        let Some(columns) = columns else {
-            return Err(vec![format!(
-                "vt_dead_letter names table {} which does not exist in database {}; create it \
-                 with the columns id{}",
-                quote_ident(name),
-                quote_ident(&def.schema),
-                def.user_columns
-                    .iter()
-                    .map(|c| format!(", {c}"))
-                    .collect::<String>()
-            )]);
-        };
-        if name == def.name {
-            return Err(vec![
-                "vt_dead_letter must name another table, not the message table itself".into(),
-            ]);
+/// Checks the `vt_dead_letter` table named in the options, given its columns (`None`: it
+/// does not exist), and keeps it. Without the option, the table as it is.
+pub fn attach(
+    mut def: MessageTable,
+    columns: Option<&[String]>,
+) -> Result<MessageTable, TableError> {
+    let Some(name) = def.options.dead_letter.clone() else {
+        return Ok(def);
+    };
+    match check(&def, &name, columns) {
+        Ok(dl) => {
+            def.dead_letter = Some(dl);
+            Ok(def)
         }
-        let find = |wanted: &str| {
-            columns
-                .iter()
-                .find(|c| c.to_lowercase() == wanted.to_lowercase())
-                .cloned()
-        };
-        let missing: Vec<String> = std::iter::once(def.id_column())
-            .chain(def.user_columns.iter().map(String::as_str))
-            .filter(|c| find(c).is_none())
-            .map(str::to_string)
-            .collect();
-        if !missing.is_empty() {
-            return Err(vec![format!(
-                "vt_dead_letter table {} lacks column(s) {} of the message table",
-                quote_ident(name),
-                missing.join(", ")
-            )]);
-        }
-        Ok(DeadLetter {
-            name: name.to_string(),
-            dead_at: find("dead_at"),
-            attempts: find("attempts"),
-            reason: find("reason"),
-        })
+        Err(problems) => Err(TableError {
+            table: def.qualified(),
+            problems: problems.into_iter().map(TableProblem::DeadLetter).collect(),
+        }),
     }
+}
 
-    /// `` `schema`.`dead letter` ``.
-    pub fn qualified(&self, def: &MessageTable) -> String {
-        format!("{}.{}", quote_ident(&def.schema), quote_ident(&self.name))
+/// Checks the dead-letter table's columns (`None`: no such table) against `def`: it needs
+/// `id` and every user column of `def`. Returns the problems found.
+fn check(
+    def: &MessageTable,
+    name: &str,
+    columns: Option<&[String]>,
+) -> Result<DeadLetter, Vec<String>> {
+    let Some(columns) = columns else {
+        return Err(vec![format!(
+            "vt_dead_letter names table {} which does not exist in database {}; create it \
+             with the columns id{}",
+            quote_ident(name),
+            quote_ident(&def.schema),
+            def.user_columns
+                .iter()
+                .map(|c| format!(", {c}"))
+                .collect::<String>()
+        )]);
+    };
+    if name == def.name {
+        return Err(vec![
+            "vt_dead_letter must name another table, not the message table itself".into(),
+        ]);
     }
+    let find = |wanted: &str| {
+        columns
+            .iter()
+            .find(|c| c.to_lowercase() == wanted.to_lowercase())
+            .cloned()
+    };
+    let missing: Vec<String> = std::iter::once(def.id_column())
+        .chain(def.user_columns.iter().map(String::as_str))
+        .filter(|c| find(c).is_none())
+        .map(str::to_string)
+        .collect();
+    if !missing.is_empty() {
+        return Err(vec![format!(
+            "vt_dead_letter table {} lacks column(s) {} of the message table",
+            quote_ident(name),
+            missing.join(", ")
+        )]);
+    }
+    Ok(DeadLetter {
+        name: name.to_string(),
+        dead_at: find("dead_at"),
+        attempts: find("attempts"),
+        reason: find("reason"),
+    })
 }
 
 /// The id and user columns, quoted and joined: what a dead message carries to the dead-letter

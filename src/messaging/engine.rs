@@ -15,7 +15,7 @@ use super::catalog;
 use super::manager::TableManager;
 use super::reload::{Lane, ReadTickets, ReloadError, Scope};
 use super::repeated_failure::RepeatedFailure;
-use super::table::MessageTable;
+use super::table::{MessageTable, TableKey};
 use crate::cluster::{Backends, SharedPool};
 use crate::sql::{contains_ignore_ascii_case, is_bare_identifier, names_identifier};
 
@@ -39,10 +39,6 @@ pub enum Lookup {
     /// Not a message table (or no such table).
     NotMessageTable,
 }
-
-/// A message table's full name. Names are compared exactly, as the server does on Linux with
-/// the default `lower_case_table_names=0`.
-pub type TableKey = (String, String);
 
 enum Entry {
     Loaded(Arc<TableManager>),

@@ -15,7 +15,7 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{from_row_opt, Conn, Params, Row, Value};
 
-use super::poll::PolledRow;
+use super::polled::{value_bytes, PolledRow};
 use super::state;
 use super::table::{quote_ident, MessageTable};
 
@@ -170,11 +170,9 @@ pub async fn heads(
                 continue;
             };
             *cursor = Some(group);
-            let (Some(key_bytes), Some(priority), Some(time_next)) = (
-                super::manager::value_bytes(key.clone()),
-                priority,
-                time_next,
-            ) else {
+            let (Some(key_bytes), Some(priority), Some(time_next)) =
+                (value_bytes(key.clone()), priority, time_next)
+            else {
                 continue;
             };
             if !seen.insert(key_bytes) {

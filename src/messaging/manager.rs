@@ -17,29 +17,17 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use self::manager_state::{LateChange, State, Subscriber, MAX_SKIPPED, SKIPPED_RETRY};
 use super::cache::{DueCache, Entry};
+pub use super::known_rows::{Batch, ChangedRow};
+use super::known_rows::{KnownRows, LateChange, Subscriber, MAX_SKIPPED, SKIPPED_RETRY};
 use super::repeated_failure::RepeatedFailure;
 use super::schedule::Schedule;
 use super::state;
 use super::table::MessageTable;
 
-/// The after image of a changed row, as far as the manager cares. `key` is in the form of
-/// `MessageTable::key_sql` (a number's decimal text, or the upper-case hex of a string's bytes).
-#[derive(Debug, Clone)]
-pub struct ChangedRow {
-    pub key: Box<[u8]>,
-    pub priority: Option<i64>,
-    pub time_next: Option<i64>,
-    pub time_acked: Option<i64>,
-}
-
-/// A batch of messages offered to one subscriber.
-pub type Batch = Vec<Entry>;
-
 pub struct TableManager {
     definition: RwLock<Arc<MessageTable>>,
-    state: Mutex<State>,
+    state: Mutex<KnownRows>,
     /// Wakes the manager loop: a subscriber came or became ready, or a poll was requested.
     kick: Notify,
     /// Set when the next wake-up should poll the table (new rows were committed, backlog).
@@ -208,7 +196,7 @@ impl TableManager {
         let capacity = definition.options.cache_size;
         let manager = Arc::new(TableManager {
             definition: RwLock::new(Arc::new(definition)),
-            state: Mutex::new(State::new(capacity)),
+            state: Mutex::new(KnownRows::new(capacity)),
             kick: Notify::new(),
             poll_requested: AtomicBool::new(false),
             repoll_at: Mutex::new(None),
@@ -288,7 +276,7 @@ impl TableManager {
     /// A transaction the binlog shows committed changed this table in a way only a poll reads
     /// (rows it cannot decode, DDL, XA): poll now, and once more [`REPOLL_AFTER_COMMIT`] later.
     /// The binlog can show a commit a moment before other sessions see it (see
-    /// `State::recent`); a poll that ran in that moment would leave the rows to the next
+    /// `KnownRows::recent`); a poll that ran in that moment would leave the rows to the next
     /// `vt_poller_interval`.
     pub fn request_poll_after_commit(&self) {
         let at = Instant::now() + REPOLL_AFTER_COMMIT;
@@ -452,7 +440,7 @@ impl TableManager {
     /// The batch's rows leave `in_flight`: sent ones wait in the schedule for their new
     /// `time_next` (and, with `vt_max_unacked`, count as held by `subscriber` until then or
     /// their ack), the others are offered again: at once those `left_out` for the claim's byte
-    /// budget, after a delay the others (see `State::skipped`).
+    /// budget, after a delay the others (see `KnownRows::skipped`).
     fn batch_claimed(
         &self,
         subscriber: u64,
@@ -553,7 +541,7 @@ impl TableManager {
         (now, horizon)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, KnownRows> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -914,16 +902,6 @@ fn table_gone(e: &mysql_async::Error) -> bool {
     matches!(e, mysql_async::Error::Server(s) if s.code == 1146)
 }
 
-/// A key value from a text-protocol result (`HEX(id)` or a number's text).
-pub(super) fn value_bytes(v: Value) -> Option<Box<[u8]>> {
-    match v {
-        Value::Bytes(b) => Some(b.into_boxed_slice()),
-        Value::Int(i) => Some(i.to_string().into_bytes().into_boxed_slice()),
-        Value::UInt(u) => Some(u.to_string().into_bytes().into_boxed_slice()),
-        _ => None,
-    }
-}
-
 /// Marks a poll or purge of one table as running while it lives; dropping it (at the job's
 /// end, or while a panic unwinds) clears the mark and wakes the manager's loop.
 struct JobRunning {
@@ -939,10 +917,3 @@ impl Drop for JobRunning {
         self.manager.kick.notify_one();
     }
 }
-
-#[path = "manager_state.rs"]
-mod manager_state;
-
-#[cfg(test)]
-#[path = "manager_tests.rs"]
-mod tests;

@@ -29,9 +29,9 @@
 //! to the next priority until it has enough. Rows with a NULL priority count as priority 0.
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{from_row_opt, from_value_opt, Conn, Row, Value};
-use tracing::warn;
+use mysql_async::{from_value_opt, Conn, Row, Value};
 
+use super::polled::{polled_rows, value_bytes, PolledRow};
 use super::state;
 use super::table::MessageTable;
 
@@ -41,35 +41,6 @@ pub const THOROUGH_EVERY: u64 = 10;
 /// Most distinct priorities one poll walks through per `time_acked` value, one index range
 /// each; the priorities above them are read with one sorting query.
 const MAX_PRIORITY_GROUPS: usize = 64;
-
-/// A polled row: id key, priority, time_next (0 for NULL).
-pub type PolledRow = (Value, i64, i64);
-
-/// Runs a poll query and reads its rows as [`PolledRow`]s. A row whose priority or
-/// `time_next` does not fit an `i64` (a `bigint unsigned` column past 2^63) is left out with a
-/// warning rather than converted by a panicking `FromRow`: the claim and the next polls still
-/// see it, and the server's data cannot stop the poller.
-pub(super) async fn polled_rows(
-    conn: &mut Conn,
-    sql: &str,
-    def: &MessageTable,
-) -> Result<Vec<PolledRow>, mysql_async::Error> {
-    let rows: Vec<Row> = conn.query(sql).await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|row| match from_row_opt::<PolledRow>(row) {
-            Ok(polled) => Some(polled),
-            Err(e) => {
-                warn!(
-                    "{}: a polled row's priority or time_next is not a 64-bit integer; skipping it: {:?}",
-                    def.qualified(),
-                    e.0
-                );
-                None
-            }
-        })
-        .collect())
-}
 
 /// Due rows now (in sending order, at most `cache_size`) and rows due by `horizon`. A
 /// `thorough` poll also finds sent rows whose `time_next` was set to NULL (see the module doc).
@@ -147,7 +118,7 @@ pub async fn still_unacked(
         unacked.extend(
             rows.into_iter()
                 .filter_map(|row| row.unwrap().into_iter().next())
-                .filter_map(super::manager::value_bytes),
+                .filter_map(value_bytes),
         );
     }
     Ok(unacked)

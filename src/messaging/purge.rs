@@ -5,7 +5,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::manager::value_bytes;
+use super::polled::value_bytes;
 use super::state;
 use super::stats::TableStats;
 use super::table::MessageTable;

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::engine::TableKey;
+use super::table::TableKey;
 
 /// What one read covers.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,17 +7,20 @@
 //! it, the `UPDATE` moves `time_next` past the ack window with backoff and counts `epoch`, and
 //! `COMMIT` makes the claim visible to every other proxy — and only then writes the rows to the
 //! client. A row claimed by someone else, acked, or rescheduled meanwhile is skipped.
+//!
+//! The stream frames what the client gets in a [`StreamedResult`] and hands it to the session's
+//! [`ResultClient`]: the session owns and writes the client connection.
 
 use std::collections::HashMap;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::backoff;
 use super::cache::Entry;
 use super::claim_budget::ClaimBudget;
+use super::claim_failure::{rollback_after, BatchError, ROLLBACK};
 use super::manager::{DueWatch, Subscription};
 use super::state;
 use super::table::MessageTable;
@@ -25,14 +28,14 @@ use crate::backend::{Backend, BackendError, QueryOutcome};
 use crate::protocol::commands::{
     ER_NO_SUCH_TABLE, ER_QUERY_INTERRUPTED, ER_SERVER_SHUTDOWN, ER_TABLE_DEF_CHANGED,
 };
-use crate::protocol::packet::{encode_packet, PacketReader};
-use crate::protocol::wire::{self, put_lenenc_int, ErrorPacket};
+use crate::protocol::streamed_result::{ResultClient, StreamedResult};
+use crate::protocol::wire::{self, ErrorPacket};
 use mysql_common::constants::StatusFlags;
 
 /// How a claim ends its transaction. Spelled out so that the session's `completion_type` (which
-/// the client may have set to chain a new transaction, or to disconnect) does not apply.
+/// the client may have set to chain a new transaction, or to disconnect) does not apply (as
+/// [`ROLLBACK`]).
 const COMMIT: &str = "COMMIT AND NO CHAIN NO RELEASE";
-const ROLLBACK: &str = "ROLLBACK AND NO CHAIN NO RELEASE";
 
 /// How long a stream's backend connection may sit idle before the proxy pings it.
 const KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -83,33 +86,23 @@ pub enum StreamEnd {
 
 /// Ends the stream's result set with `err`: [`StreamEnd::Failed`], or `Closed` if the client is
 /// gone.
-async fn end_with<S: AsyncRead + AsyncWrite + Unpin>(
-    client: &mut PacketReader<S>,
-    seq: u8,
+async fn end_with<C: ResultClient>(
+    client: &mut C,
+    result: &mut StreamedResult,
     err: &[u8],
 ) -> StreamEnd {
-    match crate::protocol::packet::write_packet(client.get_mut(), seq, err).await {
-        Ok(_) => StreamEnd::Failed,
+    result.error(err);
+    match client.send(&result.take()).await {
+        Ok(()) => StreamEnd::Failed,
         Err(_) => StreamEnd::Closed,
     }
-}
-
-/// Why one batch could not be claimed.
-enum BatchError {
-    Backend(BackendError),
-    /// The server rejected a claim statement in a way that will not get better (a column is
-    /// gone, the table is gone): end the stream with that error.
-    Fatal(BytesMut),
-    /// The claim failed for a passing reason (lock wait timeout, deadlock): nothing to tell the
-    /// client; the rows come back through the poller.
-    Transient,
 }
 
 /// Serves a `STREAM` until the client leaves or the proxy stops. `first_seq` is the sequence id
 /// after the client's last packet of the statement (1, unless it took more than one packet).
 #[allow(clippy::too_many_arguments)]
-pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
-    client: &mut PacketReader<S>,
+pub async fn serve<C: ResultClient>(
+    client: &mut C,
     backend: &mut Backend,
     first_seq: u8,
     deprecate_eof: bool,
@@ -148,7 +141,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             columns, status, ..
         }) => (columns, status),
         Ok(QueryOutcome::Err(err)) => {
-            let _ = crate::protocol::packet::write_packet(client.get_mut(), first_seq, &err).await;
+            let mut refused = StreamedResult::new(first_seq, deprecate_eof);
+            refused.error(&err);
+            let _ = client.send(&refused.take()).await;
             return StreamEnd::Refused;
         }
         Ok(QueryOutcome::Ok { .. }) => {
@@ -167,19 +162,9 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             Err(e) => return StreamEnd::BackendLost(e, first_seq),
         }
     }
-    let mut out = BytesMut::new();
-    let mut count = BytesMut::new();
-    put_lenenc_int(&mut count, columns.len() as u64);
-    let mut seq = encode_packet(&mut out, first_seq, &count);
-    for c in &columns {
-        seq = encode_packet(&mut out, seq, c);
-    }
-    if !deprecate_eof {
-        let mut eof = vec![wire::EOF_HEADER, 0, 0];
-        eof.extend_from_slice(&status.to_le_bytes());
-        seq = encode_packet(&mut out, seq, &eof);
-    }
-    if let Err(e) = write_all(client, &out).await {
+    let mut result = StreamedResult::new(first_seq, deprecate_eof);
+    result.columns(&columns, status);
+    if let Err(e) = client.send(&result.take()).await {
         debug!("stream client left before the column definitions: {e}");
         return StreamEnd::Closed;
     }
@@ -195,25 +180,22 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             biased;
             _ = shutdown.cancelled() => {
                 let err = ErrorPacket::new(ER_SERVER_SHUTDOWN, "08S01", "msgproxy is shutting down; reconnect and STREAM again (unacked messages come back after their ack wait)");
-                let _ = crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await;
+                result.error(&err.encode(true));
+                let _ = client.send(&result.take()).await;
                 return StreamEnd::Closed;
             }
             _ = interrupted.cancelled() => {
                 // As the server ends a killed statement. The rows sent so far stay claimed until
                 // they are acked or their ack wait passes.
                 let err = ErrorPacket::new(ER_QUERY_INTERRUPTED, "70100", "Query execution was interrupted");
-                if crate::protocol::packet::write_packet(client.get_mut(), seq, &err.encode(true)).await.is_err() {
+                result.error(&err.encode(true));
+                if client.send(&result.take()).await.is_err() {
                     return StreamEnd::Closed;
                 }
                 return StreamEnd::Interrupted;
             }
-            r = client.fill() => {
+            _ = client.left() => {
                 // A streaming client sends nothing; data or EOF both mean it is done with us.
-                if let Ok(n) = r {
-                    if n > 0 {
-                        debug!("stream client sent a command while streaming; closing the stream");
-                    }
-                }
                 return StreamEnd::Closed;
             }
             r = backend.conn.fill(), if backend.conn.buffered().is_empty() => {
@@ -230,13 +212,13 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     ),
                     Err(e) => e,
                 };
-                return StreamEnd::BackendLost(BackendError::Io(e), seq);
+                return StreamEnd::BackendLost(BackendError::Io(e), result.next_seq());
             }
             _ = keepalive.tick() => {
                 // A stream may wait hours for a message; keep its backend connection from
                 // reaching the server's wait_timeout.
                 if let Err(e) = backend.ping().await {
-                    return StreamEnd::BackendLost(e, seq);
+                    return StreamEnd::BackendLost(e, result.next_seq());
                 }
             }
             woke = filter::due_or_time(watch.as_mut(), next_find) => {
@@ -244,7 +226,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let (Some(watch), Some(condition)) = (&watch, &condition) else { continue };
                 if !woke {
                     let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
-                    return end_with(client, seq, &err.encode(true)).await;
+                    return end_with(client, &mut result, &err.encode(true)).await;
                 }
                 // `vt_max_unacked`: a stream holding that many finds nothing until an ack (or a
                 // passing ack wait) makes room, which the watch signals.
@@ -267,18 +249,18 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let batch = match filter::find(backend, deprecate_eof, &current, condition, limit, thorough).await {
                     Ok(batch) => batch,
                     Err(BatchError::Transient) => continue,
-                    Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),
-                    Err(BatchError::Fatal(err)) => return end_with(client, seq, &err).await,
+                    Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, result.next_seq()),
+                    Err(BatchError::Fatal(err)) => return end_with(client, &mut result, &err).await,
                 };
                 if batch.is_empty() {
                     continue;
                 }
-                let claimed = claim_batch(backend, deprecate_eof, &current, &columns, &batch, &mut seq, Some(condition)).await;
-                let ClaimedBatch { packets: rows, sent, delivered, dead, .. } = match claimed {
+                let claimed = claim_batch(backend, deprecate_eof, &current, &columns, &batch, &mut result, Some(condition)).await;
+                let ClaimedBatch { sent, delivered, dead, .. } = match claimed {
                     Ok(claimed) => claimed,
                     Err(BatchError::Transient) => continue,
-                    Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, seq),
-                    Err(BatchError::Fatal(err)) => return end_with(client, seq, &err).await,
+                    Err(BatchError::Backend(e)) => return StreamEnd::BackendLost(e, result.next_seq()),
+                    Err(BatchError::Fatal(err)) => return end_with(client, &mut result, &err).await,
                 };
                 // Held from the commit on, however long the write takes (as `batch_claimed`).
                 watch.claimed(&sent);
@@ -289,8 +271,8 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     // A full batch: more may match now.
                     next_find = tokio::time::Instant::now();
                 }
-                if !rows.is_empty() {
-                    if let Err(e) = write_all(client, &rows).await {
+                if !result.is_empty() {
+                    if let Err(e) = client.send(&result.take()).await {
                         debug!("stream client left: {e}");
                         return StreamEnd::Closed;
                     }
@@ -305,7 +287,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let Some(subscription) = subscription.as_ref() else { continue };
                 let Some(batch) = batch else {
                     let err = ErrorPacket::new(ER_NO_SUCH_TABLE, "42S02", format!("message table {} was dropped or is no longer a valid message table; the stream has ended", def.qualified()));
-                    return end_with(client, seq, &err.encode(true)).await;
+                    return end_with(client, &mut result, &err.encode(true)).await;
                 };
                 // The current options (the table may have been altered), but this stream's own
                 // columns: the client was promised them. If one is gone, the claim fails with the
@@ -313,14 +295,14 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut current = (*subscription.manager().definition()).clone();
                 current.stream_columns = def.stream_columns.clone();
                 let def = current;
-                let ClaimedBatch { packets: rows, sent, delivered, left_out, dead, blocked } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut seq, None).await {
+                let ClaimedBatch { sent, delivered, left_out, dead, blocked } = match claim_batch(backend, deprecate_eof, &def, &columns, &batch, &mut result, None).await {
                     Ok(claimed) => claimed,
                     Err(e) => {
                         subscription.batch_done(&batch, Vec::new());
                         match e {
                             BatchError::Transient => continue,
-                            BatchError::Backend(e) => return StreamEnd::BackendLost(e, seq),
-                            BatchError::Fatal(err) => return end_with(client, seq, &err).await,
+                            BatchError::Backend(e) => return StreamEnd::BackendLost(e, result.next_seq()),
+                            BatchError::Fatal(err) => return end_with(client, &mut result, &err).await,
                         }
                     }
                 };
@@ -336,7 +318,7 @@ pub async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 // says they are due (a blocked one: when its group's head is done).
                 let gone: Vec<Box<[u8]>> = dead.into_iter().chain(blocked).collect();
                 subscription.batch_claimed(&batch, sent, &left_out, &gone);
-                let written = if rows.is_empty() { Ok(()) } else { write_all(client, &rows).await };
+                let written = if result.is_empty() { Ok(()) } else { client.send(&result.take()).await };
                 subscription.ready();
                 if let Err(e) = written {
                     debug!("stream client left: {e}");
@@ -375,24 +357,15 @@ async fn keepalive_interval(backend: &mut Backend, deprecate_eof: bool) -> std::
     }
 }
 
-async fn write_all<S: AsyncWrite + Unpin>(
-    client: &mut PacketReader<S>,
-    bytes: &[u8],
-) -> std::io::Result<()> {
-    let w = client.get_mut();
-    w.write_all(bytes).await?;
-    w.flush().await
-}
-
-/// Claims what it can of `batch`. Returns the claimed rows as packets for the client (sequence
-/// ids from `seq` on) and as entries with their new `time_next`.
+/// Claims what it can of `batch`. Adds the claimed rows to `result` for the client and returns
+/// them as entries with their new `time_next`.
 async fn claim_batch(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
     columns: &[BytesMut],
     batch: &[Entry],
-    seq: &mut u8,
+    result: &mut StreamedResult,
     condition: Option<&str>,
 ) -> Result<ClaimedBatch, BatchError> {
     let keys: Vec<&[u8]> = batch.iter().map(|e| &e.key[..]).collect();
@@ -411,12 +384,11 @@ async fn claim_batch(
             ..ClaimedBatch::default()
         });
     }
-    let mut out = BytesMut::new();
     let mut sent = Vec::with_capacity(claimed.len());
     // (epoch before the claim, due time as the manager knew it) per row, for the stats.
     let mut delivered = Vec::with_capacity(claimed.len());
     for c in claimed {
-        *seq = encode_packet(&mut out, *seq, &c.row);
+        result.row(&c.row);
         let (priority, due) = batch
             .get(c.place)
             .map_or((0, 0), |e| (e.priority, e.time_next));
@@ -428,7 +400,6 @@ async fn claim_batch(
         });
     }
     Ok(ClaimedBatch {
-        packets: out,
         sent,
         delivered,
         left_out,
@@ -440,8 +411,6 @@ async fn claim_batch(
 /// A claimed batch.
 #[derive(Default)]
 struct ClaimedBatch {
-    /// The rows as packets for the client.
-    packets: BytesMut,
     /// The rows as entries with their new `time_next`.
     sent: Vec<Entry>,
     /// Per row, (epoch before the claim, due time as the manager knew it), for the stats.
@@ -787,37 +756,6 @@ async fn exec(backend: &mut Backend, deprecate_eof: bool, sql: &str) -> Result<(
         QueryOutcome::Ok { .. } => Ok(()),
         QueryOutcome::Err(err) => Err(rollback_after(backend, deprecate_eof, err).await),
         QueryOutcome::ResultSet { .. } => Err(BatchError::Backend(BackendError::Protocol)),
-    }
-}
-
-/// Rolls back after a failed claim statement. Errors about the table's shape end the stream;
-/// others (lock wait timeout, deadlock) only cost this batch, whose rows come back later.
-async fn rollback_after(backend: &mut Backend, deprecate_eof: bool, err: BytesMut) -> BatchError {
-    if let Err(e) = backend.query(ROLLBACK, deprecate_eof).await {
-        return BatchError::Backend(e);
-    }
-    let parsed = ErrorPacket::parse(&err);
-    match parsed.as_ref().map(|e| e.code) {
-        // ER_BAD_FIELD_ERROR, ER_NO_SUCH_TABLE, ER_BAD_DB_ERROR, ER_TABLEACCESS_DENIED_ERROR;
-        // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION (the session is READ ONLY) and
-        // ER_OPTION_PREVENTS_STATEMENT (the server is `read_only`): this session cannot claim.
-        Some(1054 | 1146 | 1049 | 1142 | 1792 | 1290) => BatchError::Fatal(err),
-        // ER_LOCK_DEADLOCK: on Galera, also a claim that lost certification to another node's
-        // claim or ack of the same rows (both locked them, each on its own node: SKIP LOCKED
-        // is local). The COMMIT failed, so nothing was claimed and nothing is sent; with two
-        // proxies on two nodes this is ordinary, not worth a warning.
-        Some(1213) => {
-            debug!(
-                "claim lost a write conflict (deadlock or Galera certification); nothing was sent"
-            );
-            BatchError::Transient
-        }
-        _ => {
-            if let Some(e) = parsed {
-                warn!("claim failed, the batch will be retried: {e}");
-            }
-            BatchError::Transient
-        }
     }
 }
 

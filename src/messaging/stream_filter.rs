@@ -13,10 +13,10 @@ use bytes::BytesMut;
 use mysql_common::constants::StatusFlags;
 
 use super::super::cache::Entry;
+use super::super::claim_failure::{rollback_after, BatchError, ROLLBACK};
 use super::super::manager::{Batch, DueWatch, Subscription};
 use super::super::state;
 use super::super::table::MessageTable;
-use super::{rollback_after, BatchError, ROLLBACK};
 use crate::backend::{Backend, BackendError, QueryOutcome};
 use crate::protocol::wire;
 

@@ -83,8 +83,8 @@ pub struct MessageTable {
     /// message carries to the dead-letter table with its id.
     pub user_columns: Vec<String>,
     /// The `vt_dead_letter` table, checked. Set by the engine after `validate`
-    /// ([`MessageTable::attach_dead_letter`]).
-    pub dead_letter: Option<super::dead_letter::DeadLetter>,
+    /// (`dead_letter::attach`).
+    pub dead_letter: Option<DeadLetter>,
     /// The `vt_group_col` column as the table spells it (FIFO groups, MESSAGING.md §11). The
     /// engine checks its index after `validate` ([`MessageTable::check_group_index`]).
     pub group_column: Option<String>,
@@ -127,6 +127,29 @@ impl NextIndex {
             }
         }
         found
+    }
+}
+
+/// A message table's full name. Names are compared exactly, as the server does on Linux with
+/// the default `lower_case_table_names=0`.
+pub type TableKey = (String, String);
+
+/// The `vt_dead_letter` table of a message table, checked against it at load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Its name, in the message table's database.
+    pub name: String,
+    /// Which optional columns it has, spelled as it spells them: when the message died (Unix
+    /// ns), how often it was sent, and why.
+    pub dead_at: Option<String>,
+    pub attempts: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl DeadLetter {
+    /// `` `schema`.`dead letter` ``.
+    pub fn qualified(&self, def: &MessageTable) -> String {
+        format!("{}.{}", quote_ident(&def.schema), quote_ident(&self.name))
     }
 }
 
@@ -455,27 +478,6 @@ pub fn quote_ident(name: &str) -> String {
 }
 
 impl MessageTable {
-    /// Checks the `vt_dead_letter` table named in the options, given its columns (`None`: it
-    /// does not exist), and keeps it. Without the option, the table as it is.
-    pub fn attach_dead_letter(
-        mut self,
-        columns: Option<&[String]>,
-    ) -> Result<MessageTable, TableError> {
-        let Some(name) = self.options.dead_letter.clone() else {
-            return Ok(self);
-        };
-        match super::dead_letter::DeadLetter::check(&self, &name, columns) {
-            Ok(dl) => {
-                self.dead_letter = Some(dl);
-                Ok(self)
-            }
-            Err(problems) => Err(TableError {
-                table: self.qualified(),
-                problems: problems.into_iter().map(TableProblem::DeadLetter).collect(),
-            }),
-        }
-    }
-
     /// With `vt_group_col`: checks that one of the table's indexes, given as `(index name,
     /// position from 1, column)` triples, starts with the group column and then `id` (or has
     /// nothing after it: InnoDB's secondary indexes end with the primary key anyway).

@@ -6,4 +6,5 @@ pub mod commands;
 pub mod handshake;
 pub mod packet;
 pub mod sha2_rsa;
+pub mod streamed_result;
 pub mod wire;

@@ -1,4 +1,4 @@
-//! What a [`TableManager`](super::TableManager) knows of its table's rows between polls: the
+//! What a [`TableManager`](super::manager::TableManager) knows of its table's rows between polls: the
 //! due cache, the schedule, the rows in flight, the binlog's recent changes a poll applies
 //! again on top of its snapshot, and the subscribers to hand batches to.
 
@@ -6,14 +6,27 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 use tokio::sync::mpsc;
 
-use super::super::cache::{DueCache, Entry};
-use super::super::schedule::Schedule;
-use super::super::state;
-use super::super::unacked::Unacked;
-use super::{value_bytes, Batch, ChangedRow};
+use super::cache::{DueCache, Entry};
+use super::polled::{value_bytes, PolledRow};
+use super::schedule::Schedule;
+use super::state;
+use super::unacked::Unacked;
+
+/// The after image of a changed row, as far as the manager cares. `key` is in the form of
+/// `MessageTable::key_sql` (a number's decimal text, or the upper-case hex of a string's bytes).
+#[derive(Debug, Clone)]
+pub struct ChangedRow {
+    pub key: Box<[u8]>,
+    pub priority: Option<i64>,
+    pub time_next: Option<i64>,
+    pub time_acked: Option<i64>,
+}
+
+/// A batch of messages offered to one subscriber.
+pub type Batch = Vec<Entry>;
 
 /// Behind the manager's one mutex: every change to it is short and never awaits.
-pub(super) struct State {
+pub(super) struct KnownRows {
     pub(super) cache: DueCache,
     /// Entries due at a known moment soon (sent rows' next redelivery, scheduled rows).
     pub(super) schedule: Schedule,
@@ -52,7 +65,7 @@ pub(super) struct State {
     pub(super) unacked: Unacked,
 }
 
-/// When a row a batch did not send is offered again (see `State::skipped`).
+/// When a row a batch did not send is offered again (see `KnownRows::skipped`).
 pub(super) const SKIPPED_RETRY: [std::time::Duration; 5] = [
     std::time::Duration::from_millis(2),
     std::time::Duration::from_millis(10),
@@ -61,10 +74,10 @@ pub(super) const SKIPPED_RETRY: [std::time::Duration; 5] = [
     std::time::Duration::from_millis(1000),
 ];
 
-/// Most rows remembered in `State::skipped` (a bound, never reached in practice).
+/// Most rows remembered in `KnownRows::skipped` (a bound, never reached in practice).
 pub(super) const MAX_SKIPPED: usize = 10_000;
 
-/// A row change that arrived while a poll was running (see `State::changed_during_poll`).
+/// A row change that arrived while a poll was running (see `KnownRows::changed_during_poll`).
 #[derive(Clone)]
 pub(super) enum LateChange {
     Changed(ChangedRow),
@@ -74,15 +87,15 @@ pub(super) enum LateChange {
 /// Most row changes remembered during one poll; beyond it the table is polled again instead.
 const MAX_CHANGES_DURING_POLL: usize = 10_000;
 
-/// How long a binlog change is kept in `State::recent`: far longer than a commit takes to
+/// How long a binlog change is kept in `KnownRows::recent`: far longer than a commit takes to
 /// become visible after its binlog write, even under load.
 pub(super) const RECENT_WINDOW_NS: i64 = 100_000_000;
-/// Most changes kept in `State::recent` (at very high rates the window is shorter).
+/// Most changes kept in `KnownRows::recent` (at very high rates the window is shorter).
 pub(super) const MAX_RECENT: usize = 10_000;
 
-impl State {
-    pub(super) fn new(capacity: usize) -> State {
-        State {
+impl KnownRows {
+    pub(super) fn new(capacity: usize) -> KnownRows {
+        KnownRows {
             cache: DueCache::new(capacity),
             schedule: Schedule::new(capacity),
             in_flight: HashSet::new(),
@@ -131,8 +144,8 @@ impl State {
     /// (and just before) go on top. Returns whether to poll again at once.
     pub(super) fn finish_poll(
         &mut self,
-        rows: Vec<super::super::poll::PolledRow>,
-        soon: Vec<super::super::poll::PolledRow>,
+        rows: Vec<PolledRow>,
+        soon: Vec<PolledRow>,
         cache_size: usize,
         horizon_after: impl Fn(i64) -> i64,
     ) -> bool {
@@ -241,3 +254,7 @@ pub(super) struct Subscriber {
     /// It has a batch it has not finished claiming and sending: it is offered nothing more.
     pub(super) busy: bool,
 }
+
+#[cfg(test)]
+#[path = "known_rows_tests.rs"]
+mod tests;

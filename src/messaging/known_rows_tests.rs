@@ -1,6 +1,5 @@
-//! Tests of the manager's state: the replay of recent changes around a poll.
+//! Tests of what the manager knows of its rows: the replay of recent changes around a poll.
 
-use super::manager_state::{MAX_RECENT, RECENT_WINDOW_NS};
 use super::*;
 
 const MS: i64 = 1_000_000;
@@ -19,7 +18,7 @@ fn due_row(key: &str) -> ChangedRow {
 /// poll.
 #[test]
 fn a_row_seen_just_before_a_poll_survives_the_polls_snapshot() {
-    let mut st = State::new(100);
+    let mut st = KnownRows::new(100);
     let now = state::now_ns();
     st.note_change(now, LateChange::Changed(due_row("7")));
     st.apply_changed(due_row("7"), now, now + 1000 * MS);
@@ -34,7 +33,7 @@ fn a_row_seen_just_before_a_poll_survives_the_polls_snapshot() {
 /// row was acked by a statement the snapshot saw).
 #[test]
 fn changes_older_than_the_window_are_not_applied_again() {
-    let mut st = State::new(100);
+    let mut st = KnownRows::new(100);
     let now = state::now_ns();
     st.note_change(now, LateChange::Changed(due_row("7")));
     st.apply_changed(due_row("7"), now, now + 1000 * MS);
@@ -46,7 +45,7 @@ fn changes_older_than_the_window_are_not_applied_again() {
 /// Replayed in order: a row inserted and then acked just before the poll stays acked.
 #[test]
 fn recent_changes_are_applied_in_order() {
-    let mut st = State::new(100);
+    let mut st = KnownRows::new(100);
     let now = state::now_ns();
     st.note_change(now, LateChange::Changed(due_row("7")));
     let mut acked = due_row("7");
@@ -61,7 +60,7 @@ fn recent_changes_are_applied_in_order() {
 /// "newest news" its batch applies when done (that would put a sent row back as due).
 #[test]
 fn replay_skips_rows_in_flight() {
-    let mut st = State::new(100);
+    let mut st = KnownRows::new(100);
     let now = state::now_ns();
     st.note_change(now, LateChange::Changed(due_row("7")));
     st.in_flight.insert(b"7".as_slice().into());
@@ -73,7 +72,7 @@ fn replay_skips_rows_in_flight() {
 
 #[test]
 fn recent_changes_are_bounded() {
-    let mut st = State::new(100);
+    let mut st = KnownRows::new(100);
     let now = state::now_ns();
     for i in 0..MAX_RECENT + 5 {
         st.note_change(now, LateChange::Deleted(i.to_string().into_bytes().into()));
