@@ -27,10 +27,13 @@
 //!   server's insert rate; four groups; latency; replay from `START EARLIEST`.
 //! - `stream_jetstream` — the same event-stream loads on NATS JetStream: a stream with several
 //!   durable consumers (feature `brokers`), in the streams scenario's table.
+//! - `cluster` — msgproxy on a 3-node Galera cluster against one server: sustained messaging,
+//!   latency, failover time (scripts/mariadb-cluster.sh starts the nodes).
 //! - `haproxy` — HAProxy in TCP mode in front of the same server, the point SELECTs' third side.
 //! - `brokers` — the same messaging workloads on RabbitMQ and NATS JetStream (feature `brokers`).
 
 mod backlog;
+mod cluster;
 mod ddl;
 mod fifo;
 mod handqueue;
@@ -70,6 +73,7 @@ const SCENARIOS: &[&str] = &[
     "backlog",
     "fifo",
     "streams",
+    "cluster",
     "brokers",
 ];
 
@@ -90,7 +94,7 @@ pub struct Opts {
     #[arg(long)]
     pub proxy_bin: Option<PathBuf>,
     /// Comma-separated scenarios to run (point, large, connect, ddl, latency, throughput,
-    /// handqueue, backlog, fifo, streams, brokers); default all.
+    /// handqueue, backlog, fifo, streams, cluster, brokers); default all.
     #[arg(long, value_delimiter = ',')]
     pub only: Vec<String>,
     /// Repetitions of each measurement (direct and proxy interleaved).
@@ -487,6 +491,7 @@ async fn run(mut opts: Opts) -> Result<bool, String> {
             "backlog" => backlog::backlog(&mut ctx).await,
             "fifo" => fifo::fifo(&mut ctx).await,
             "streams" => streams::streams(&mut ctx).await,
+            "cluster" => cluster::cluster(&mut ctx).await,
             "brokers" => run_brokers(&mut ctx).await,
             _ => Ok(()),
         };

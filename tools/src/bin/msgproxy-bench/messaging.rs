@@ -64,7 +64,7 @@ pub(crate) async fn insert(c: &mut Conn, sql: &str) -> Result<crate::wire::Outco
 pub(crate) const PURGE_AFTER: f64 = 3600.0;
 
 /// The message table's DDL (the RFC's idiomatic layout, the bench's options).
-fn create_table_sql(ctx: &Ctx, name: &str, purge_after: f64) -> String {
+pub(crate) fn create_table_sql(ctx: &Ctx, name: &str, purge_after: f64) -> String {
     let o = &ctx.opts;
     format!(
         "CREATE TABLE `{name}` (id BIGINT NOT NULL, time_next BIGINT DEFAULT 0, epoch BIGINT, time_acked BIGINT, \
@@ -498,21 +498,21 @@ pub async fn latency(ctx: &mut Ctx) -> Result<(), String> {
     drop_table(ctx, table).await
 }
 
-struct LatencyResult {
-    send_p50: f64,
-    send_p99: f64,
-    p50: f64,
-    p99: f64,
-    max: f64,
-    rate: f64,
-    delivered: u64,
-    expected: u64,
-    duplicates: u64,
-    early: u64,
-    cpu: String,
+pub(crate) struct LatencyResult {
+    pub(crate) send_p50: f64,
+    pub(crate) send_p99: f64,
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
+    pub(crate) max: f64,
+    pub(crate) rate: f64,
+    pub(crate) delivered: u64,
+    pub(crate) expected: u64,
+    pub(crate) duplicates: u64,
+    pub(crate) early: u64,
+    pub(crate) cpu: String,
 }
 
-async fn latency_run(
+pub(crate) async fn latency_run(
     ctx: &Ctx,
     table: &str,
     through_proxy: bool,
