@@ -33,6 +33,7 @@
 //! - `fifo` — `vt_group_col`: one message per key in flight, in id order, across proxies.
 //! - `filters` — `STREAM cols FROM t WHERE condition`: streams that choose.
 //! - `dead_letters` — `vt_max_attempts`: dead in place or moved to `vt_dead_letter`, `REDRIVE`.
+//! - `late_claims` — a claim whose COMMIT returns after its rows' window sends nothing.
 //! - `work_queue` — beyond Vitess: `NACK`, `EXTEND`, acks that delete (`vt_purge_after=0`), and
 //!   what a new user met first (the age of new messages, broken tables, syntax errors).
 
@@ -48,6 +49,7 @@ mod fifo;
 mod filters;
 pub(crate) mod harness;
 mod hostile_names;
+mod late_claims;
 mod max_unacked;
 mod stream_sessions;
 mod streams;

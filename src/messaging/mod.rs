@@ -10,6 +10,7 @@ pub mod depth;
 pub mod engine;
 pub mod groups;
 mod known_rows;
+mod late_claim;
 pub mod manager;
 pub mod options;
 pub mod poll;
