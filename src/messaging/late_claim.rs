@@ -11,11 +11,15 @@
 //! of one key in flight at once.
 //!
 //! So a row whose `time_next` is nearer than [`SHARE_LEFT`] of `vt_ack_wait` when the commit
-//! returns is not sent. It stays claimed (its `epoch` counts the claim) and comes back to every
-//! stream when its `time_next` passes, soon. The share is below one whole ack wait because with
-//! `vt_min_backoff=0` a claim leaves exactly one ack wait, minus the commit's own time.
+//! returns is not sent, and comes back to every stream when its `time_next` passes, soon. Its
+//! `epoch` is set back ([`give_back_sql`]): an attempt that sent nothing must not count towards
+//! `vt_max_attempts`, or a message could die without ever being delivered. The share is below
+//! one whole ack wait because with `vt_min_backoff=0` a claim leaves exactly one ack wait, minus
+//! the commit's own time.
 
 use std::time::Duration;
+
+use super::table::MessageTable;
 
 /// The least part of `vt_ack_wait` a claimed row must have left before its `time_next` when its
 /// claim commits, for it to be sent (9 tenths).
@@ -27,6 +31,25 @@ pub(super) fn too_late(time_next: i64, committed_at: i64, ack_wait: Duration) ->
     let ack_wait_ns = i64::try_from(ack_wait.as_nanos()).unwrap_or(i64::MAX);
     let needed = ack_wait_ns / SHARE_LEFT.1 * SHARE_LEFT.0;
     time_next.saturating_sub(committed_at) < needed
+}
+
+/// The statement that sets back the `epoch` of rows a late claim did not send: `late` holds each
+/// row's key and its `epoch` before the claim. Only rows still at the claim's epoch change (none
+/// has been claimed again meanwhile); their `time_next` stays as the claim set it. `None` when no
+/// key can be written as a literal.
+pub(super) fn give_back_sql(def: &MessageTable, late: &[(Box<[u8]>, i64)]) -> Option<String> {
+    let mut before = String::new();
+    let mut claimed = String::new();
+    for (key, epoch) in late {
+        let literal = def.id_literal(key)?;
+        before.push_str(&format!(" WHEN {literal} THEN {epoch}"));
+        claimed.push_str(&format!(" WHEN {literal} THEN {}", epoch.saturating_add(1)));
+    }
+    let ids = def.ids_sql(late.iter().map(|(key, _)| &key[..]))?;
+    Some(format!(
+        "UPDATE {table} SET `epoch` = CASE `id`{before} END WHERE {ids} AND `epoch` = CASE `id`{claimed} END",
+        table = def.by_primary_key(),
+    ))
 }
 
 #[cfg(test)]

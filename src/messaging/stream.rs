@@ -390,7 +390,7 @@ async fn claim_batch(
     let mut sent = Vec::with_capacity(claimed.len());
     // (epoch before the claim, due time as the manager knew it) per row, for the stats.
     let mut delivered = Vec::with_capacity(claimed.len());
-    let mut late = 0usize;
+    let mut late = Vec::new();
     for c in claimed {
         let (priority, due) = batch
             .get(c.place)
@@ -398,7 +398,7 @@ async fn claim_batch(
         // Not sent, but claimed all the same: the manager schedules it for its time_next like
         // the rows that were sent.
         if late_claim::too_late(c.time_next, committed_at, def.options.ack_wait) {
-            late += 1;
+            late.push((c.key.clone(), c.epoch));
         } else {
             result.row(&c.row);
             delivered.push((c.epoch, due));
@@ -409,12 +409,14 @@ async fn claim_batch(
             time_next: c.time_next,
         });
     }
-    if late > 0 {
+    if !late.is_empty() {
         warn!(
-            "{}: a claim took {} ms to commit; its {late} row(s) are not sent, so that no stream gets them twice within one ack wait: they come back when their time_next passes",
+            "{}: a claim took {} ms to commit; its {} row(s) are not sent, so that no stream gets them twice within one ack wait: they come back when their time_next passes",
             def.qualified(),
-            (committed_at - claim_started) / 1_000_000
+            (committed_at - claim_started) / 1_000_000,
+            late.len()
         );
+        give_back(backend, deprecate_eof, def, &late).await?;
     }
     Ok(ClaimedBatch {
         sent,
@@ -423,6 +425,36 @@ async fn claim_batch(
         dead,
         blocked,
     })
+}
+
+/// Sets back the `epoch` of rows a late claim did not send (`late_claim`), in a transaction of
+/// its own (the session may have autocommit off). If the server refuses, the rows keep their
+/// counted attempt: they are still delivered later, one attempt short.
+async fn give_back(
+    backend: &mut Backend,
+    deprecate_eof: bool,
+    def: &MessageTable,
+    late: &[(Box<[u8]>, i64)],
+) -> Result<(), BatchError> {
+    let Some(sql) = late_claim::give_back_sql(def, late) else {
+        return Ok(());
+    };
+    let given_back = async {
+        exec(backend, deprecate_eof, "START TRANSACTION").await?;
+        exec(backend, deprecate_eof, &sql).await?;
+        exec(backend, deprecate_eof, COMMIT).await
+    };
+    match given_back.await {
+        Err(BatchError::Backend(e)) => Err(BatchError::Backend(e)),
+        Err(_) => {
+            warn!(
+                "{}: could not set back the epoch of rows a late claim did not send; each keeps one attempt it did not get",
+                def.qualified()
+            );
+            Ok(())
+        }
+        Ok(()) => Ok(()),
+    }
 }
 
 /// A claimed batch.
