@@ -165,16 +165,19 @@ impl Cluster {
     }
 
     /// Replica runs: SIGKILL the primary and, after `detect` (a failover tool noticing),
-    /// promote the replica; the direct clients' target moves to it.
-    pub fn fail_over(&mut self, detect: Duration) -> Result<(), String> {
+    /// promote the replica; the direct clients' target moves to it. Returns when the promotion
+    /// began: before it no write could commit on the replica, so every OK a client saw earlier
+    /// came from the old primary.
+    pub fn fail_over(&mut self, detect: Duration) -> Result<Instant, String> {
         let Some(nodes) = &mut self.nodes else {
-            return Ok(());
+            return Ok(Instant::now());
         };
         nodes.kill_primary()?;
         std::thread::sleep(detect);
+        let promoting = Instant::now();
         nodes.promote()?;
         self.direct = nodes.writable();
-        Ok(())
+        Ok(promoting)
     }
 
     /// Whether the checker owns the server (and may restart it).

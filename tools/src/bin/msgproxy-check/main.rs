@@ -100,7 +100,8 @@ struct Opts {
     /// The msgproxy binary (default: the one next to this binary, built first under `cargo run`).
     #[arg(long)]
     proxy_bin: Option<PathBuf>,
-    /// Producers through the proxies (alternating); one more always inserts straight into the server.
+    /// Producers through the proxies (alternating; at least one per proxy); one more always
+    /// inserts straight into the server.
     #[arg(long, default_value_t = 2)]
     producers: usize,
     /// STREAM consumers (each moves to the other proxy whenever it reconnects).
@@ -294,6 +295,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
         println!("msgproxy-check: warning: the streams workload is off under --cluster (stream groups do not follow a backend switch yet, docs/CLUSTERS.md); --workloads messages,streams,fifo turns it on");
     }
     let proxy_count = opts.proxies();
+    let producer_count = opts.producers.max(proxy_count);
     let fifo_moved = match opts.fifo_dead_letters.as_str() {
         "table" => true,
         "in-place" => false,
@@ -371,7 +373,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
     let base = Instant::now();
     // Producers of every workload: through each proxy in turn, and one straight to the server.
     let producers = |what: &str| -> Vec<(String, Target)> {
-        let mut v: Vec<(String, Target)> = (0..opts.producers)
+        let mut v: Vec<(String, Target)> = (0..producer_count)
             .map(|i| {
                 let p = i % proxy_count;
                 (
@@ -652,6 +654,21 @@ fn run(opts: &Opts) -> Result<bool, String> {
     }
     if let (Some(f), Some((table, dead))) = (&clients.fifo, &fifo_final) {
         let events = events::read_dir(&logs.join("fifo"))?;
+        let loss = match failover_us {
+            Some(f) => replication_loss::account_by(
+                &events,
+                |id| {
+                    table
+                        .get(&id)
+                        .or_else(|| dead.get(&id))
+                        .map(|m| (m.state != verify_fifo::State::Due, m.sends))
+                },
+                f,
+                ack_wait_us,
+                slack_us,
+            ),
+            None => DatabaseLoss::default(),
+        };
         let report = verify_fifo::verify(
             &events,
             table,
@@ -661,6 +678,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
                 slack_us,
                 max_attempts: fifo::MAX_ATTEMPTS,
             },
+            &loss,
         );
         let stats = f.stats();
         summary.push(format!(
@@ -683,6 +701,9 @@ fn run(opts: &Opts) -> Result<bool, String> {
             stats.stale_acks.load(Ordering::Relaxed),
             stats.acks_failed.load(Ordering::Relaxed)
         ));
+        if failover_us.is_some() {
+            summary.push(format!("    {}", loss.describe()));
+        }
         if report.committed == 0 || report.deliveries == 0 {
             violations
                 .entry("fifo: no workload".into())
@@ -717,8 +738,8 @@ fn run(opts: &Opts) -> Result<bool, String> {
         "msgproxy-check: {:.0} s under faults, seed {seed}, workloads {}; each with {} producers ({} through the proxies, 1 direct)",
         opts.duration.as_secs_f64(),
         w.0.iter().copied().collect::<Vec<_>>().join(","),
-        opts.producers + 1,
-        opts.producers,
+        producer_count + 1,
+        producer_count,
     );
     println!(
         "  faults injected: {}{}",
@@ -842,8 +863,8 @@ fn inject_faults(
                 )
             }
             Fault::FailOver { detect } => {
-                *failover_us = Some(base.elapsed().as_micros() as u64);
-                cluster.fail_over(detect)?;
+                let promoted = cluster.fail_over(detect)?;
+                *failover_us = Some(promoted.duration_since(base).as_micros() as u64);
                 format!(
                     "SIGKILL the primary; replica promoted after {detect:?}; the run goes on against it (port {})",
                     cluster.direct.port

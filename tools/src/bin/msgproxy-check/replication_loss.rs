@@ -8,9 +8,11 @@
 //! database") and does not count it as a violation. Everything the new primary does hold is
 //! still checked in full.
 //!
-//! Only the messages workload's history is accounted here: the new primary's rows against what
-//! the clients saw before the failover. An event is attributed to the database only if it
-//! happened before the primary was killed, and only in the one way its loss shows:
+//! The messages and FIFO workloads' histories are accounted: the new primary's rows against what
+//! the clients saw before the failover. The cut is the moment the replica is promoted: until
+//! then it is read-only, so every OK a client saw before it came from the old primary, and
+//! anything committed after it is on the new primary. An event is attributed to the database
+//! only if it happened before the cut, and only in the one way its loss shows:
 //! - an insert: committed (OK seen) or delivered before the kill, not in the database;
 //! - an ack: its OK seen before the kill, the row not acked in the database (so a later
 //!   delivery of it is no "delivered after ack" either);
@@ -27,7 +29,7 @@ use crate::verify::Row;
 /// The transactions the database lost at a failover, by message id.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DatabaseLoss {
-    /// When the primary was killed (µs since the run started); `None`: no failover.
+    /// When the replica was promoted (µs since the run started); `None`: no failover.
     pub failover_us: Option<u64>,
     /// Inserts committed or delivered before the failover that the new primary lacks.
     pub inserts: BTreeSet<i64>,
@@ -52,6 +54,14 @@ impl DatabaseLoss {
     /// explained by a claim the database lost: the first before the failover, the second after.
     pub fn lost_claim_between(&self, id: i64, t1: u64, t2: u64) -> bool {
         self.claims.contains(&id) && self.failover_us.is_some_and(|f| t1 < f && f <= t2)
+    }
+
+    /// Whether `id`'s claim or ack (made before the cut) may be lost and a delivery of something
+    /// else at `t2`, after the cut, while `id` (sent at `t1`) seemed in flight, is explained by it
+    /// (FIFO: the next message of a key).
+    pub fn lost_state_between(&self, id: i64, t1: u64, t2: u64) -> bool {
+        (self.claims.contains(&id) || self.acks.contains(&id))
+            && self.failover_us.is_some_and(|f| t1 < f && f <= t2)
     }
 
     /// Whether more sends of `id` than its epoch says is explained by a lost claim.
@@ -95,12 +105,30 @@ impl DatabaseLoss {
     }
 }
 
-/// What the database lost when its primary was killed at `failover_us`, from the messages
-/// workload's `events` (in time order) and the new primary's rows `db`. `ack_wait_us` and
-/// `slack_us` are the ack-window check's.
+/// What the database lost at a failover promoted at `failover_us`, from the messages workload's
+/// `events` (in time order) and the new primary's rows `db`. `ack_wait_us` and `slack_us` are
+/// the ack-window check's.
 pub fn account(
     events: &[Event],
     db: &HashMap<i64, Row>,
+    failover_us: u64,
+    ack_wait_us: u64,
+    slack_us: u64,
+) -> DatabaseLoss {
+    account_by(
+        events,
+        |id| db.get(&id).map(|r| (r.acked(), r.epoch)),
+        failover_us,
+        ack_wait_us,
+        slack_us,
+    )
+}
+
+/// [`account`] for any workload: `state(id)` is the id's final state on the new primary, `None`
+/// when it is not there, else whether it is done (acked, or dead) and its sends (epoch).
+pub fn account_by(
+    events: &[Event],
+    state: impl Fn(i64) -> Option<(bool, i64)>,
     failover_us: u64,
     ack_wait_us: u64,
     slack_us: u64,
@@ -113,10 +141,10 @@ pub fn account(
     for e in events {
         let before = e.t_us < failover_us;
         match e.kind {
-            Kind::Committed | Kind::Delivered if before && !db.contains_key(&e.id) => {
+            Kind::Committed | Kind::Delivered if before && state(e.id).is_none() => {
                 loss.inserts.insert(e.id);
             }
-            Kind::Acked if before && !db.get(&e.id).is_some_and(Row::acked) => {
+            Kind::Acked if before && !state(e.id).is_some_and(|(done, _)| done) => {
                 loss.acks.insert(e.id);
             }
             _ => {}
@@ -126,12 +154,14 @@ pub fn account(
         }
     }
     for (id, ts) in &deliveries {
-        let Some(row) = db.get(id) else { continue };
+        let Some((_, epoch)) = state(*id) else {
+            continue;
+        };
         let across = ts.windows(2).any(|w| {
             w[0] < failover_us && failover_us <= w[1] && w[1] - w[0] + slack_us < ack_wait_us
         });
         let sent_before = ts.iter().filter(|&&t| t < failover_us).count() as i64;
-        let unclaimed = ts.len() as i64 > row.epoch && sent_before > 0;
+        let unclaimed = ts.len() as i64 > epoch && sent_before > 0;
         if across || unclaimed {
             loss.claims.insert(*id);
         }
