@@ -296,6 +296,17 @@ impl Cluster {
                 return Err(format!("the server died:\n{}", p.log_tail()));
             }
         }
+        if let Some(nodes) = &self.nodes {
+            if let Some(i) = nodes.dead().first() {
+                return Err(format!(
+                    "{} node {} died on its own (its log: {}/n{}/mariadbd.err)",
+                    nodes.topology,
+                    i + 1,
+                    nodes.dir().display(),
+                    i + 1
+                ));
+            }
+        }
         for (i, proxy) in self.proxies.iter_mut().enumerate() {
             if let Some(p) = &mut proxy.process {
                 if !p.alive() {
@@ -320,6 +331,18 @@ impl Cluster {
         };
         if server_dead {
             self.restart_server(true)?;
+        }
+        if let Some(nodes) = &mut self.nodes {
+            for i in nodes.dead() {
+                match nodes.topology {
+                    Topology::Galera => nodes.start_node(i)?,
+                    // A replica run has no way back for a dead server: the run cannot go on.
+                    Topology::Replica => {
+                        return Err(format!("server {} of the replica cluster died", i + 1))
+                    }
+                }
+            }
+            self.direct = nodes.writable();
         }
         for i in 0..self.proxies.len() {
             let dead = match &mut self.proxies[i].process {

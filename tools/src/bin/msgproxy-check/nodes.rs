@@ -161,6 +161,11 @@ impl Nodes {
         &self.targets
     }
 
+    /// The data directory the script was given (node `i` in `n<i>`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// Whether node `i` runs.
     pub fn is_up(&self, i: usize) -> bool {
         self.up[i]
@@ -191,6 +196,22 @@ impl Nodes {
             .map(|k| self.targets[(first + k) % n].url())
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// The nodes that should run but whose server process is gone (died on its own: a Galera
+    /// node that aborted, say). Read from the script's pid files, `n<i>/mariadbd.pid`.
+    pub fn dead(&self) -> Vec<usize> {
+        (0..self.up.len())
+            .filter(|&i| self.up[i])
+            .filter(|&i| {
+                let pid_file = self.dir.join(format!("n{}/mariadbd.pid", i + 1));
+                match std::fs::read_to_string(pid_file) {
+                    Ok(pid) => !Path::new(&format!("/proc/{}", pid.trim())).exists(),
+                    // A server that is starting may not have written it yet.
+                    Err(_) => false,
+                }
+            })
+            .collect()
     }
 
     /// Galera: SIGKILLs node `i` (from 0).
