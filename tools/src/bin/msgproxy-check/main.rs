@@ -1,7 +1,7 @@
-//! msgproxy-check: runs a mixed messaging workload through two msgproxy processes while killing
-//! and restarting them, the server, and client connections; then checks, from the database and
-//! the clients' logs, that every committed message was delivered, never twice within one ack
-//! window, and that every ack held.
+//! msgproxy-check: runs a mixed messaging workload through two msgproxy processes (three on a
+//! Galera `--cluster`) while killing and restarting them, the server (or cluster nodes), and
+//! client connections; then checks, from the database and the clients' logs, that every
+//! committed message was delivered, never twice within one ack window, and that every ack held.
 //!
 //! ```text
 //! cargo run --release --bin msgproxy-check -- --duration 30m [--seed N]
@@ -77,7 +77,7 @@ const WARM_UP: Duration = Duration::from_secs(2);
 #[derive(Parser, Debug)]
 #[command(
     name = "msgproxy-check",
-    about = "Runs a messaging workload through two msgproxy processes under injected faults, then checks delivery, ack windows and acks"
+    about = "Runs a messaging workload through msgproxy processes under injected faults (on one server or a --cluster), then checks delivery, ack windows and acks"
 )]
 struct Opts {
     /// How long the workload runs under faults: `90`, `60s`, `30m`, `2h`. Start-up and the drain
