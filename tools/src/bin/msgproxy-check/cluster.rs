@@ -1,5 +1,5 @@
-//! The processes under test and the faults done to them: a throwaway MariaDB (or `--backend`) and
-//! two msgproxy processes in front of it.
+//! The processes under test and the faults done to them: a throwaway MariaDB (or `--backend`, or
+//! a `--cluster` of servers, `nodes`) and the msgproxy processes in front of it.
 //!
 //! Everything restarts on the port it had, so clients keep their targets and simply reconnect.
 //! Processes are spawned from the main thread only: they get SIGKILL when the spawning thread
@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::nodes::{self, Nodes, Topology};
 use crate::servers::{self, Owned, ServerSettings};
 use crate::wire::Target;
 
@@ -25,14 +26,16 @@ pub struct ProxyProc {
 struct Server {
     process: Option<Owned>,
     starts: u32,
+    settings: ServerSettings,
 }
 
 pub struct Cluster {
     work: PathBuf,
-    settings: ServerSettings,
-    /// The server, straight.
+    /// The server, straight (under `--cluster`: the one to write to, which moves at a failover).
     pub direct: Target,
     server: Option<Server>,
+    /// Under `--cluster`: the servers, which the proxies all list.
+    pub nodes: Option<Nodes>,
     proxy_bin: PathBuf,
     pub proxies: Vec<ProxyProc>,
 }
@@ -83,6 +86,7 @@ impl Cluster {
                 let server = Server {
                     process: Some(process),
                     starts: 1,
+                    settings,
                 };
                 (Some(server), target)
             }
@@ -97,12 +101,83 @@ impl Cluster {
         };
         Ok(Cluster {
             work: work.to_path_buf(),
-            settings,
             direct,
             server,
+            nodes: None,
             proxy_bin,
             proxies: Vec::new(),
         })
+    }
+
+    /// Starts a cluster of `topology` (`--cluster`); the proxies come later, as with one server.
+    pub fn start_nodes(
+        work: &Path,
+        topology: Topology,
+        db: &str,
+        proxy_bin: PathBuf,
+    ) -> Result<Cluster, String> {
+        let nodes = nodes::start(topology, work, db)?;
+        Ok(Cluster {
+            work: work.to_path_buf(),
+            direct: nodes.writable(),
+            server: None,
+            nodes: Some(nodes),
+            proxy_bin,
+            proxies: Vec::new(),
+        })
+    }
+
+    /// A server to `KILL` a connection on, chosen by `pick`: under `--cluster` any running
+    /// node, else the one server.
+    pub fn any_server(&self, pick: u64) -> Target {
+        match &self.nodes {
+            Some(n) => {
+                let up: Vec<usize> = (0..n.targets().len()).filter(|&i| n.is_up(i)).collect();
+                match up.get((pick / 7 % up.len().max(1) as u64) as usize) {
+                    Some(&i) => n.target(i).clone(),
+                    None => self.direct.clone(),
+                }
+            }
+            None => self.direct.clone(),
+        }
+    }
+
+    /// Node `i` down (killed or stopped cleanly) and, after `down`, back in the cluster.
+    pub fn bounce_node(
+        &mut self,
+        i: usize,
+        crash: bool,
+        down: Duration,
+    ) -> Result<Duration, String> {
+        let Some(nodes) = &mut self.nodes else {
+            return Ok(Duration::ZERO);
+        };
+        if crash {
+            nodes.kill_node(i)?;
+        } else {
+            nodes.stop_node(i)?;
+        }
+        std::thread::sleep(down);
+        let t = Instant::now();
+        nodes.start_node(i)?;
+        self.direct = nodes.writable();
+        Ok(t.elapsed())
+    }
+
+    /// Replica runs: SIGKILL the primary and, after `detect` (a failover tool noticing),
+    /// promote the replica; the direct clients' target moves to it. Returns when the promotion
+    /// began: before it no write could commit on the replica, so every OK a client saw earlier
+    /// came from the old primary.
+    pub fn fail_over(&mut self, detect: Duration) -> Result<Instant, String> {
+        let Some(nodes) = &mut self.nodes else {
+            return Ok(Instant::now());
+        };
+        nodes.kill_primary()?;
+        std::thread::sleep(detect);
+        let promoting = Instant::now();
+        nodes.promote()?;
+        self.direct = nodes.writable();
+        Ok(promoting)
     }
 
     /// Whether the checker owns the server (and may restart it).
@@ -140,6 +215,10 @@ impl Cluster {
         let p = &mut self.proxies[i];
         p.starts += 1;
         let log = std::env::var("MSGPROXY_LOG").unwrap_or_else(|_| "warn".into());
+        let backend = match &self.nodes {
+            Some(nodes) => nodes.backend_for(i),
+            None => self.direct.url(),
+        };
         let config = servers::proxy_users_config(
             &self.direct.url(),
             &self.work,
@@ -151,7 +230,7 @@ impl Cluster {
             cmd.arg("--listen")
                 .arg(format!("127.0.0.1:{}", p.port))
                 .arg("--backend")
-                .arg(self.direct.url())
+                .arg(&backend)
                 .current_dir(&self.work)
                 .env("MSGPROXY_LOG", &log);
             if let Some(config) = &config {
@@ -195,7 +274,7 @@ impl Cluster {
         let mut last_err = String::new();
         for _ in 0..5 {
             let log = format!("mariadbd-{}.log", server.starts);
-            match servers::launch_mariadb(&self.work, &self.settings, self.direct.port, &log) {
+            match servers::launch_mariadb(&self.work, &server.settings, self.direct.port, &log) {
                 Ok(p) => {
                     server.process = Some(p);
                     return Ok(());
@@ -215,6 +294,17 @@ impl Cluster {
         {
             if !p.alive() {
                 return Err(format!("the server died:\n{}", p.log_tail()));
+            }
+        }
+        if let Some(nodes) = &self.nodes {
+            if let Some(i) = nodes.dead().first() {
+                return Err(format!(
+                    "{} node {} died on its own (its log: {}/n{}/mariadbd.err)",
+                    nodes.topology,
+                    i + 1,
+                    nodes.dir().display(),
+                    i + 1
+                ));
             }
         }
         for (i, proxy) in self.proxies.iter_mut().enumerate() {
@@ -242,6 +332,18 @@ impl Cluster {
         if server_dead {
             self.restart_server(true)?;
         }
+        if let Some(nodes) = &mut self.nodes {
+            for i in nodes.dead() {
+                match nodes.topology {
+                    Topology::Galera => nodes.start_node(i)?,
+                    // A replica run has no way back for a dead server: the run cannot go on.
+                    Topology::Replica => {
+                        return Err(format!("server {} of the replica cluster died", i + 1))
+                    }
+                }
+            }
+            self.direct = nodes.writable();
+        }
         for i in 0..self.proxies.len() {
             let dead = match &mut self.proxies[i].process {
                 Some(p) => !p.alive(),
@@ -265,6 +367,9 @@ impl Cluster {
             if let Some(mut process) = server.process.take() {
                 process.stop(Duration::from_secs(30));
             }
+        }
+        if let Some(nodes) = &mut self.nodes {
+            nodes.stop();
         }
     }
 }

@@ -1,17 +1,21 @@
-//! msgproxy-check: runs a mixed messaging workload through two msgproxy processes while killing
-//! and restarting them, the server, and client connections; then checks, from the database and
-//! the clients' logs, that every committed message was delivered, never twice within one ack
-//! window, and that every ack held.
+//! msgproxy-check: runs a mixed messaging workload through two msgproxy processes (three on a
+//! Galera `--cluster`) while killing and restarting them, the server (or cluster nodes), and
+//! client connections; then checks, from the database and the clients' logs, that every
+//! committed message was delivered, never twice within one ack window, and that every ack held.
 //!
 //! ```text
 //! cargo run --release --bin msgproxy-check -- --duration 30m [--seed N]
+//! cargo run --release --bin msgproxy-check -- --cluster galera|replica --duration 10m
 //! ```
 //!
 //! Exit status: 0 when every check passed, 1 on any violation, 2 when the run itself could not
 //! be done (no MariaDB, a process that would not start).
 //!
 //! Layout:
-//! - `cluster` — the throwaway MariaDB and the two proxies; restarts on the same ports.
+//! - `cluster` — the throwaway MariaDB and the proxies; restarts on the same ports.
+//! - `nodes` — under `--cluster`, the Galera nodes or the primary and replica
+//!   (scripts/mariadb-cluster.sh); `replication_loss` — what the database lost at a failover,
+//!   reported apart from msgproxy's violations.
 //! - `faults` — the seeded fault schedule.
 //! - `workload` — the message-table workload's producers and consumers, which log what they know
 //!   for certain; `verify` — its checks.
@@ -36,6 +40,8 @@ mod cluster;
 mod events;
 mod faults;
 mod fifo;
+mod nodes;
+mod replication_loss;
 mod streams;
 mod verify;
 mod verify_fifo;
@@ -51,21 +57,27 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 
 use cluster::{proxy_name, Cluster};
-use faults::{Fault, Schedule};
+use faults::{Fault, Schedule, ServerFaults};
+use nodes::Topology;
+use replication_loss::DatabaseLoss;
 use wire::{Conn, Target};
 use workload::Workload;
 
 /// The checker's message table.
 const TABLE: &str = "chk_messages";
-/// Proxies in front of the server.
+/// Proxies in front of one server, and of a primary with its replica (a Galera run has one per
+/// node).
 const PROXIES: usize = 2;
+/// Whether the streams workload runs by default under `--cluster`. Not yet: event-stream groups
+/// stay on the server msgproxy started on (docs/CLUSTERS.md, "Not yet moved by a switch").
+const STREAMS_ON_A_CLUSTER: bool = false;
 /// Time before the first fault, so that messages flow first.
 const WARM_UP: Duration = Duration::from_secs(2);
 
 #[derive(Parser, Debug)]
 #[command(
     name = "msgproxy-check",
-    about = "Runs a messaging workload through two msgproxy processes under injected faults, then checks delivery, ack windows and acks"
+    about = "Runs a messaging workload through msgproxy processes under injected faults (on one server or a --cluster), then checks delivery, ack windows and acks"
 )]
 struct Opts {
     /// How long the workload runs under faults: `90`, `60s`, `30m`, `2h`. Start-up and the drain
@@ -77,12 +89,19 @@ struct Opts {
     seed: Option<u64>,
     /// Use this server instead of a throwaway MariaDB (mysql://user:pass@host:port/db): no server
     /// faults then. The table `chk_messages` in that database is dropped and re-created.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cluster")]
     backend: Option<String>,
+    /// Run on a throwaway cluster instead of one server: `galera` (3 nodes, a proxy on each,
+    /// nodes killed and rejoined one at a time) or `replica` (a primary and a replica, two
+    /// proxies; the primary is killed and the replica promoted once). Needs
+    /// scripts/mariadb-cluster.sh (and galera-4 for `galera`).
+    #[arg(long, value_parser = Topology::parse)]
+    cluster: Option<Topology>,
     /// The msgproxy binary (default: the one next to this binary, built first under `cargo run`).
     #[arg(long)]
     proxy_bin: Option<PathBuf>,
-    /// Producers through the proxies (alternating); one more always inserts straight into the server.
+    /// Producers through the proxies (alternating; at least one per proxy); one more always
+    /// inserts straight into the server.
     #[arg(long, default_value_t = 2)]
     producers: usize,
     /// STREAM consumers (each moves to the other proxy whenever it reconnects).
@@ -119,9 +138,9 @@ struct Opts {
     keep_workdir: bool,
     /// The workloads to run side by side, comma-separated: `messages` (a message table),
     /// `streams` (event streams: two stream tables, two consumer groups each), `fifo` (FIFO
-    /// groups with dead letters).
-    #[arg(long, default_value = "messages,streams,fifo", value_parser = parse_workloads)]
-    workloads: Workloads,
+    /// groups with dead letters) [default: all three; under --cluster messages,fifo].
+    #[arg(long, value_parser = parse_workloads)]
+    workloads: Option<Workloads>,
     /// Competing consumers in each consumer group of the streams workload.
     #[arg(long, default_value_t = 2)]
     group_consumers: usize,
@@ -176,6 +195,42 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("{s:?}: not a duration"));
     }
     Ok(Duration::from_secs_f64(n * factor))
+}
+
+impl Opts {
+    /// The workloads asked for, or the default: all, but under `--cluster` not the streams one
+    /// until stream groups follow the backend ([`STREAMS_ON_A_CLUSTER`]).
+    fn workloads(&self) -> Workloads {
+        if let Some(w) = &self.workloads {
+            return w.clone();
+        }
+        let mut all =
+            parse_workloads("messages,streams,fifo").unwrap_or(Workloads(BTreeSet::new()));
+        if self.cluster.is_some() && !STREAMS_ON_A_CLUSTER {
+            all.0.remove("streams");
+        }
+        all
+    }
+
+    /// How many proxies run: one per Galera node, else two.
+    fn proxies(&self) -> usize {
+        match self.cluster {
+            Some(t @ Topology::Galera) => t.nodes(),
+            _ => PROXIES,
+        }
+    }
+
+    /// The server faults this run can do.
+    fn server_faults(&self) -> ServerFaults {
+        match self.cluster {
+            Some(Topology::Galera) => ServerFaults::Galera {
+                nodes: Topology::Galera.nodes(),
+            },
+            Some(Topology::Replica) => ServerFaults::Replica,
+            None if self.backend.is_some() => ServerFaults::None,
+            None => ServerFaults::Single,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -234,7 +289,13 @@ fn add_violations<K: std::fmt::Display>(
 fn run(opts: &Opts) -> Result<bool, String> {
     let seed = opts.seed.unwrap_or_else(|| rand::random::<u32>() as u64);
     println!("msgproxy-check: seed {seed} (replay the fault schedule with --seed {seed})");
-    let w = &opts.workloads;
+    let workloads = opts.workloads();
+    let w = &workloads;
+    if opts.cluster.is_some() && opts.workloads.is_none() && !STREAMS_ON_A_CLUSTER {
+        println!("msgproxy-check: warning: the streams workload is off under --cluster (stream groups do not follow a backend switch yet, docs/CLUSTERS.md); --workloads messages,streams,fifo turns it on");
+    }
+    let proxy_count = opts.proxies();
+    let producer_count = opts.producers.max(proxy_count);
     let fifo_moved = match opts.fifo_dead_letters.as_str() {
         "table" => true,
         "in-place" => false,
@@ -252,10 +313,21 @@ fn run(opts: &Opts) -> Result<bool, String> {
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
 
     let started = Instant::now();
-    let mut cluster =
-        Cluster::start_server(&work.path, opts.backend.as_deref(), "msgcheck", proxy_bin)?;
-    rt.block_on(create_tables(&cluster.direct, opts, fifo_moved))?;
-    cluster.start_proxies(PROXIES)?;
+    let mut cluster = match opts.cluster {
+        Some(topology) => {
+            println!("starting a {topology} cluster (scripts/mariadb-cluster.sh) ...");
+            Cluster::start_nodes(&work.path, topology, "msgcheck", proxy_bin)?
+        }
+        None => Cluster::start_server(&work.path, opts.backend.as_deref(), "msgcheck", proxy_bin)?,
+    };
+    rt.block_on(create_tables(&cluster.direct, opts, w, fifo_moved))?;
+    if let Some(nodes) = &cluster.nodes {
+        // The tables must be on every node before a proxy that prefers it loads them.
+        for t in nodes.targets() {
+            rt.block_on(wait_tables(t, w))?;
+        }
+    }
+    cluster.start_proxies(proxy_count)?;
     let mut loaded = Vec::new();
     if w.has("messages") {
         loaded.push(TABLE);
@@ -263,20 +335,37 @@ fn run(opts: &Opts) -> Result<bool, String> {
     if w.has("fifo") {
         loaded.push(fifo::TABLE);
     }
-    for i in 0..PROXIES {
+    for i in 0..proxy_count {
         rt.block_on(wait_loaded(&cluster.proxy_target(i), &loaded))?;
     }
+    let servers = match &cluster.nodes {
+        Some(n) => format!(
+            "{} cluster on ports {}",
+            n.topology,
+            n.targets()
+                .iter()
+                .map(|t| t.port.to_string())
+                .collect::<Vec<_>>()
+                .join("/")
+        ),
+        None if cluster.owns_server() => {
+            format!("throwaway MariaDB on port {}", cluster.direct.port)
+        }
+        None => format!("--backend server on port {}", cluster.direct.port),
+    };
     println!(
-        "started in {:.1} s: {} on port {}, msgproxy a/b on ports {}/{}; workloads {}; work dir {}",
+        "started in {:.1} s: {servers}, msgproxy {} on ports {}; workloads {}; work dir {}",
         started.elapsed().as_secs_f64(),
-        if cluster.owns_server() {
-            "throwaway MariaDB"
-        } else {
-            "--backend server"
-        },
-        cluster.direct.port,
-        cluster.proxies[0].port,
-        cluster.proxies[1].port,
+        (0..proxy_count)
+            .map(|i| proxy_name(i).to_string())
+            .collect::<Vec<_>>()
+            .join("/"),
+        cluster
+            .proxies
+            .iter()
+            .map(|p| p.port.to_string())
+            .collect::<Vec<_>>()
+            .join("/"),
         w.0.iter().copied().collect::<Vec<_>>().join(","),
         work.path.display()
     );
@@ -284,9 +373,9 @@ fn run(opts: &Opts) -> Result<bool, String> {
     let base = Instant::now();
     // Producers of every workload: through each proxy in turn, and one straight to the server.
     let producers = |what: &str| -> Vec<(String, Target)> {
-        let mut v: Vec<(String, Target)> = (0..opts.producers)
+        let mut v: Vec<(String, Target)> = (0..producer_count)
             .map(|i| {
-                let p = i % PROXIES;
+                let p = i % proxy_count;
                 (
                     format!("{what}producer-{i}-via-{}", proxy_name(p)),
                     cluster.proxy_target(p),
@@ -296,7 +385,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
         v.push((format!("{what}producer-direct"), cluster.direct.clone()));
         v
     };
-    let proxies: Vec<Target> = (0..PROXIES).map(|i| cluster.proxy_target(i)).collect();
+    let proxies: Vec<Target> = (0..proxy_count).map(|i| cluster.proxy_target(i)).collect();
     let ack_fresh = Duration::from_secs_f64(opts.ack_wait / 2.0);
     let skip_ack = opts.skip_ack.clamp(0.0, 1.0);
     let mut clients = Clients {
@@ -356,6 +445,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
 
     let mut crashes = Vec::new();
     let mut fault_times = Vec::new();
+    let mut failover_us = None;
     let faults = inject_faults(
         &mut cluster,
         &clients,
@@ -365,6 +455,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
         base,
         &mut crashes,
         &mut fault_times,
+        &mut failover_us,
     )?;
 
     println!("{} faults stop; producers stop; draining", at(base));
@@ -436,6 +527,10 @@ fn run(opts: &Opts) -> Result<bool, String> {
     let ack_wait_us = (opts.ack_wait * 1e6) as u64;
     if let (Some(m), Some(db)) = (&clients.messages, &db) {
         let events = events::read_dir(&logs)?;
+        let loss = match failover_us {
+            Some(f) => replication_loss::account(&events, db, f, ack_wait_us, slack_us),
+            None => DatabaseLoss::default(),
+        };
         let report = verify::verify(
             &events,
             db,
@@ -443,6 +538,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
                 ack_wait_us,
                 slack_us,
             },
+            &loss,
         );
         let stats = m.stats();
         summary.push(format!(
@@ -466,6 +562,9 @@ fn run(opts: &Opts) -> Result<bool, String> {
             stats.stale_acks.load(Ordering::Relaxed),
             stats.acks_failed.load(Ordering::Relaxed)
         ));
+        if failover_us.is_some() {
+            summary.push(format!("    {}", loss.describe()));
+        }
         if report.committed == 0 || report.deliveries == 0 {
             violations
                 .entry("messages: no workload".into())
@@ -555,6 +654,21 @@ fn run(opts: &Opts) -> Result<bool, String> {
     }
     if let (Some(f), Some((table, dead))) = (&clients.fifo, &fifo_final) {
         let events = events::read_dir(&logs.join("fifo"))?;
+        let loss = match failover_us {
+            Some(f) => replication_loss::account_by(
+                &events,
+                |id| {
+                    table
+                        .get(&id)
+                        .or_else(|| dead.get(&id))
+                        .map(|m| (m.state != verify_fifo::State::Due, m.sends))
+                },
+                f,
+                ack_wait_us,
+                slack_us,
+            ),
+            None => DatabaseLoss::default(),
+        };
         let report = verify_fifo::verify(
             &events,
             table,
@@ -564,6 +678,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
                 slack_us,
                 max_attempts: fifo::MAX_ATTEMPTS,
             },
+            &loss,
         );
         let stats = f.stats();
         summary.push(format!(
@@ -586,6 +701,9 @@ fn run(opts: &Opts) -> Result<bool, String> {
             stats.stale_acks.load(Ordering::Relaxed),
             stats.acks_failed.load(Ordering::Relaxed)
         ));
+        if failover_us.is_some() {
+            summary.push(format!("    {}", loss.describe()));
+        }
         if report.committed == 0 || report.deliveries == 0 {
             violations
                 .entry("fifo: no workload".into())
@@ -620,8 +738,8 @@ fn run(opts: &Opts) -> Result<bool, String> {
         "msgproxy-check: {:.0} s under faults, seed {seed}, workloads {}; each with {} producers ({} through the proxies, 1 direct)",
         opts.duration.as_secs_f64(),
         w.0.iter().copied().collect::<Vec<_>>().join(","),
-        opts.producers + 1,
-        opts.producers,
+        producer_count + 1,
+        producer_count,
     );
     println!(
         "  faults injected: {}{}",
@@ -679,7 +797,8 @@ fn run(opts: &Opts) -> Result<bool, String> {
 /// Applies faults from the schedule until `--duration` has passed since `base`. Processes that
 /// died on their own are noted in `crashes` and started again, so the run goes on.
 /// `fault_times` gets the time (µs since `base`) of each fault that may cost a proxy state it
-/// had not saved: everything but a consumer's disconnect.
+/// had not saved: everything but a consumer's disconnect. `failover_us` gets the time the
+/// primary was killed, in a replica run.
 #[allow(clippy::too_many_arguments)]
 fn inject_faults(
     cluster: &mut Cluster,
@@ -690,9 +809,15 @@ fn inject_faults(
     base: Instant,
     crashes: &mut Vec<String>,
     fault_times: &mut Vec<u64>,
+    failover_us: &mut Option<u64>,
 ) -> Result<Vec<Fault>, String> {
     let end = base + opts.duration;
-    let mut schedule = Schedule::new(seed, cluster.owns_server(), PROXIES, opts.consumers.max(1));
+    let mut schedule = Schedule::new(
+        seed,
+        opts.server_faults(),
+        cluster.proxies.len(),
+        opts.consumers.max(1),
+    );
     let mut done = Vec::new();
     let mut next_at = base + WARM_UP;
     loop {
@@ -726,7 +851,24 @@ fn inject_faults(
                 fault.to_string()
             }
             Fault::KillBackendConnection { pick } => {
-                rt.block_on(kill_backend_connection(&cluster.direct, pick))
+                rt.block_on(kill_backend_connection(&cluster.any_server(pick), pick))
+            }
+            Fault::BounceNode { node, crash, down } => {
+                let rejoin = cluster.bounce_node(node, crash, down)?;
+                format!(
+                    "{} node {}, started again after {down:?}; rejoined (Synced) in {:.1} s",
+                    if crash { "SIGKILL" } else { "stopped" },
+                    node + 1,
+                    rejoin.as_secs_f64()
+                )
+            }
+            Fault::FailOver { detect } => {
+                let promoted = cluster.fail_over(detect)?;
+                *failover_us = Some(promoted.duration_since(base).as_micros() as u64);
+                format!(
+                    "SIGKILL the primary; replica promoted after {detect:?}; the run goes on against it (port {})",
+                    cluster.direct.port
+                )
             }
         };
         println!("{} {detail}", at(base));
@@ -801,7 +943,12 @@ fn table_comment(opts: &Opts) -> String {
 /// Creates the database and the workloads' tables straight on the server, before the proxies
 /// start (so they load them at start-up). Purging is off in effect (a day): acked rows must stay
 /// for the final check.
-async fn create_tables(direct: &Target, opts: &Opts, fifo_moved: bool) -> Result<(), String> {
+async fn create_tables(
+    direct: &Target,
+    opts: &Opts,
+    workloads: &Workloads,
+    fifo_moved: bool,
+) -> Result<(), String> {
     let mut c = Conn::connect(&Target {
         db: String::new(),
         ..direct.clone()
@@ -821,14 +968,52 @@ async fn create_tables(direct: &Target, opts: &Opts, fifo_moved: bool) -> Result
     ] {
         c.query(&sql).await.map_err(|e| format!("{sql}: {e}"))?;
     }
-    if opts.workloads.has("streams") {
+    if workloads.has("streams") {
         streams::create_tables(&mut c, &direct.db, opts.ack_wait).await?;
     }
-    if opts.workloads.has("fifo") {
+    if workloads.has("fifo") {
         fifo::create_tables(&mut c, &direct.db, opts.ack_wait, fifo_moved).await?;
     }
     c.quit().await;
     Ok(())
+}
+
+/// Waits until the message tables of `workloads` exist on server `t` (a node of a cluster that
+/// gets them by replication).
+async fn wait_tables(t: &Target, workloads: &Workloads) -> Result<(), String> {
+    let mut tables = Vec::new();
+    if workloads.has("messages") {
+        tables.push(TABLE);
+    }
+    if workloads.has("fifo") {
+        tables.push(fifo::TABLE);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match Conn::connect(t).await {
+            Ok(mut c) => {
+                let mut all = true;
+                for table in &tables {
+                    if let Err(e) = c.query(&format!("SELECT 1 FROM `{table}` LIMIT 0")).await {
+                        last = e.to_string();
+                        all = false;
+                        break;
+                    }
+                }
+                c.quit().await;
+                if all {
+                    return Ok(());
+                }
+            }
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(format!(
+        "the tables did not reach the server on port {} within 60 s: {last}",
+        t.port
+    ))
 }
 
 /// Waits until a proxy answers `ACK` on each message table (it has loaded them).
@@ -1045,5 +1230,35 @@ mod tests {
             .unwrap_err()
             .contains("messages, streams and fifo"));
         assert!(parse_workloads(",").is_err());
+    }
+
+    #[test]
+    fn cluster_options() {
+        let parse = |args: &[&str]| {
+            Opts::try_parse_from(std::iter::once("msgproxy-check").chain(args.iter().copied()))
+        };
+        let plain = parse(&[]).unwrap();
+        assert_eq!(plain.workloads().0.len(), 3);
+        assert_eq!(plain.proxies(), 2);
+        assert_eq!(plain.server_faults(), ServerFaults::Single);
+
+        let galera = parse(&["--cluster", "galera"]).unwrap();
+        assert_eq!(galera.cluster, Some(Topology::Galera));
+        assert_eq!(galera.proxies(), 3);
+        assert_eq!(galera.server_faults(), ServerFaults::Galera { nodes: 3 });
+        // Streams off by default on a cluster, on when asked for.
+        let w = galera.workloads();
+        assert!(w.has("messages") && w.has("fifo") && !w.has("streams"));
+        let asked = parse(&["--cluster", "galera", "--workloads", "streams"]).unwrap();
+        assert!(asked.workloads().has("streams"));
+
+        let replica = parse(&["--cluster=replica"]).unwrap();
+        assert_eq!(replica.proxies(), 2);
+        assert_eq!(replica.server_faults(), ServerFaults::Replica);
+
+        assert!(parse(&["--cluster", "sharded"]).is_err());
+        assert!(parse(&["--cluster", "galera", "--backend", "mysql://root@h/db"]).is_err());
+        let backend = parse(&["--backend", "mysql://root@h/db"]).unwrap();
+        assert_eq!(backend.server_faults(), ServerFaults::None);
     }
 }

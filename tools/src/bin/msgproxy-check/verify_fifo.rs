@@ -18,10 +18,16 @@
 //! - `ack lost`: an ACK that got OK, yet the message is neither acked nor dead; `delivered after
 //!   ack`: delivered again later than `slack` after that OK.
 //! - `poison acked`: a message the consumers never ack ended acked.
+//!
+//! After a failover to an asynchronous replica, what the database lost (`replication_loss`) is
+//! left out: a lost insert is not `lost`, a lost ack is neither `ack lost` nor `delivered after
+//! ack`, and a key's delivery after the failover is no `overlap` or `order` against a message
+//! sent before it whose claim or ack the new primary lacks.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::events::{Event, Kind};
+use crate::replication_loss::DatabaseLoss;
 
 /// A message's final state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +88,7 @@ pub fn verify(
     table: &HashMap<i64, Msg>,
     dead: &HashMap<i64, Msg>,
     limits: &Limits,
+    loss: &DatabaseLoss,
 ) -> Report {
     let mut r = Report::default();
     let mut tried = HashSet::new();
@@ -131,7 +138,7 @@ pub fn verify(
     let mut ids: Vec<i64> = committed.iter().copied().collect();
     ids.sort_unstable();
     for id in ids {
-        if !all.contains_key(&id) {
+        if !all.contains_key(&id) && !loss.lost_insert(id) {
             r.violate(
                 "lost",
                 format!(
@@ -154,13 +161,14 @@ pub fn verify(
         *count.entry(id).or_default() += 1;
         match all.get(&id) {
             Some(m) => per_key.entry(m.key).or_default().push((t, id, who)),
+            None if loss.lost_insert(id) => {}
             None if tried.contains(&id) => r.violate(
                 "lost",
                 format!("id {id}: delivered at {}, but in neither table", secs(t)),
             ),
             None => r.violate("phantom", format!("id {id}: delivered, never inserted")),
         }
-        if let Some(&ta) = first_ack.get(&id) {
+        if let Some(&ta) = first_ack.get(&id).filter(|_| !loss.lost_ack(id)) {
             if t > ta + limits.slack_us {
                 r.violate(
                     "delivered after ack",
@@ -185,6 +193,9 @@ pub fn verify(
         let ds = per_key.get(key).map(Vec::as_slice).unwrap_or(&[]);
         for w in ds.windows(2) {
             let ((t1, id1, c1), (t2, id2, c2)) = (w[0], w[1]);
+            if loss.lost_state_between(id1, t1, t2) || loss.lost_state_between(id2, t1, t2) {
+                continue;
+            }
             let rel = released(id1, t1);
             if t2 + limits.slack_us < rel {
                 r.violate(
@@ -266,7 +277,7 @@ pub fn verify(
                 format!("id {id}: never acked by a consumer, yet acked"),
             );
         }
-        if let Some(&ta) = first_ack.get(&id) {
+        if let Some(&ta) = first_ack.get(&id).filter(|_| !loss.lost_ack(id)) {
             if m.state == State::Due {
                 r.violate(
                     "ack lost",
@@ -341,13 +352,16 @@ mod tests {
     fn checks(h: &[Event], t: &HashMap<i64, Msg>, d: &HashMap<i64, Msg>) -> Vec<&'static str> {
         let mut h = h.to_vec();
         h.sort_by_key(|e| e.t_us);
-        verify(&h, t, d, &LIMITS).violations.into_keys().collect()
+        verify(&h, t, d, &LIMITS, &DatabaseLoss::default())
+            .violations
+            .into_keys()
+            .collect()
     }
 
     #[test]
     fn a_clean_history_passes() {
         let (h, t, d) = clean();
-        let r = verify(&h, &t, &d, &LIMITS);
+        let r = verify(&h, &t, &d, &LIMITS, &DatabaseLoss::default());
         assert_eq!(r.violation_count(), 0, "{:?}", r.violations);
         assert_eq!((r.acked, r.dead, r.dead_poison, r.keys), (2, 1, 1, 1));
     }
