@@ -452,10 +452,12 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/mariadb-cluster.sh")
 }
 
-/// A base port whose client, Galera, IST and SST ports (base+0..2, +10, +20, +30) are all free.
+/// A base port whose client, Galera, IST and SST ports (base+0..2, +10, +20, +30) are all free,
+/// below Linux's ephemeral ports (32768 and up by default), so that a node restarting on its port
+/// does not find it taken by some outgoing connection meanwhile.
 fn free_base() -> Result<u16, String> {
     for attempt in 0..200u32 {
-        let base = 30000 + ((std::process::id() + attempt * 7919) % 400) as u16 * 25;
+        let base = 20000 + ((std::process::id() + attempt * 7919) % 400) as u16 * 25;
         let free = (0..NODES)
             .flat_map(|i| [base + i, base + 10 + i, base + 20 + i, base + 30 + i])
             .all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok());
@@ -463,5 +465,5 @@ fn free_base() -> Result<u16, String> {
             return Ok(base);
         }
     }
-    Err("no free block of ports for the cluster in 30000..40000".into())
+    Err("no free block of ports for the cluster in 20000..30000".into())
 }
