@@ -50,6 +50,15 @@ impl GtidState {
         self.domains.get(&domain).map(|(_, seq)| *seq)
     }
 
+    /// The last GTID of `domain`.
+    pub fn get(&self, domain: u32) -> Option<Gtid> {
+        self.domains.get(&domain).map(|(server, seq)| Gtid {
+            domain,
+            server: *server,
+            seq: *seq,
+        })
+    }
+
     /// Each domain and its last seq_no.
     pub fn seqs(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.domains.iter().map(|(d, (_, seq))| (*d, *seq))

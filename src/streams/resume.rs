@@ -93,6 +93,13 @@ pub enum Decision {
 
 /// Decides where a group saved as `saved` starts on the server `here`, whose binlog holds the
 /// transactions up to `server_gtids` (`@@gtid_binlog_pos`).
+///
+/// Only the table's GTID domain (that of the group's done transaction) can hold its events, so
+/// only there must the server have everything: other domains of the saved state that the
+/// server never had are left out of the dump's start (a Galera node's local domain), and one it
+/// is behind in starts from the server's own last GTID (reading more of it is harmless). While
+/// the table's domain is not known (no event read yet), every shared domain counts as the
+/// table's.
 pub fn decide(saved: &Anchor, here: &str, server_gtids: &GtidState) -> Decision {
     let server = match &saved.server {
         None => return Decision::Here,
@@ -104,18 +111,34 @@ pub fn decide(saved: &Anchor, here: &str, server_gtids: &GtidState) -> Decision 
             server: server.clone(),
         };
     };
-    let mut needs: Vec<(u32, u64)> = gtid.seqs().collect();
-    if let Some(done) = saved.done {
-        match needs.iter_mut().find(|(d, _)| *d == done.domain) {
-            Some((_, seq)) => *seq = (*seq).max(done.seq),
-            None => needs.push((done.domain, done.seq)),
+    let table_domain = saved.done.map(|d| d.domain);
+    let is_table = |domain: u32| table_domain.is_none_or(|t| t == domain);
+    let mut start = GtidState::default();
+    let mut short: Vec<String> = Vec::new();
+    for (domain, seq) in gtid.seqs() {
+        match server_gtids.get(domain) {
+            Some(has) if has.seq >= seq => {
+                if let Some(g) = gtid.get(domain) {
+                    start.committed(g);
+                }
+            }
+            Some(has) if !is_table(domain) => start.committed(has),
+            Some(_) => short.push(format!("domain {domain} up to seq_no {seq}")),
+            None if table_domain == Some(domain) => {
+                short.push(format!("domain {domain} up to seq_no {seq}"))
+            }
+            None => {}
         }
     }
-    let short: Vec<String> = needs
-        .iter()
-        .filter(|(domain, seq)| server_gtids.seq(*domain).is_none_or(|has| has < *seq))
-        .map(|(domain, seq)| format!("domain {domain} up to seq_no {seq}"))
-        .collect();
+    if let Some(done) = saved.done {
+        let has = server_gtids.seq(done.domain);
+        let counted = short
+            .iter()
+            .any(|s| s.starts_with(&format!("domain {} ", done.domain)));
+        if has.is_none_or(|has| has < done.seq) && !counted {
+            short.push(format!("domain {} up to seq_no {}", done.domain, done.seq));
+        }
+    }
     if !short.is_empty() {
         return Decision::Behind {
             needs: short.join(", "),
@@ -126,7 +149,7 @@ pub fn decide(saved: &Anchor, here: &str, server_gtids: &GtidState) -> Decision 
             },
         };
     }
-    Decision::ByGtid(gtid.clone())
+    Decision::ByGtid(start)
 }
 
 /// How the saved position shows in `SHOW STREAM GROUPS` (`Resume_from`).
@@ -369,6 +392,21 @@ mod tests {
     }
 
     #[test]
+    fn domains_other_than_the_tables_do_not_hold_a_group_back() {
+        // A Galera node's local domain 1 is unknown to node b; b is behind in domain 5, which
+        // does not carry the table's events (domain 100 does).
+        let saved = anchor(
+            Some("a:3306"),
+            Some("1-1-7,5-1-30,100-1-40"),
+            Some("100-41"),
+        );
+        assert_eq!(
+            decide(&saved, "b:3306", &state("5-2-20,100-1-41")),
+            Decision::ByGtid(state("5-2-20,100-1-40"))
+        );
+    }
+
+    #[test]
     fn a_server_without_what_the_group_did_is_behind() {
         // It has the resume point but not the newest transaction done.
         let saved = anchor(Some("a:3306"), Some("0-1-40"), Some("0-42"));
@@ -379,15 +417,23 @@ mod tests {
                 has: "0-1-41".into()
             }
         );
-        // It lacks the resume point itself, or the domain altogether.
-        let saved = anchor(Some("a:3306"), Some("0-1-40,5-1-9"), None);
+        // It lacks the resume point itself, in the table's domain.
+        let saved = anchor(Some("a:3306"), Some("0-1-40,5-1-9"), Some("5-9"));
         assert_eq!(
-            decide(&saved, "b:3306", &state("0-1-40")),
+            decide(&saved, "b:3306", &state("0-1-40,5-1-3")),
             Decision::Behind {
                 needs: "domain 5 up to seq_no 9".into(),
-                has: "0-1-40".into()
+                has: "0-1-40,5-1-3".into()
             }
         );
+        // Without a known table domain, every shared domain counts.
+        let saved = anchor(Some("a:3306"), Some("0-1-40"), None);
+        assert!(matches!(
+            decide(&saved, "b:3306", &state("0-1-39")),
+            Decision::Behind { .. }
+        ));
+        // The table's domain missing altogether.
+        let saved = anchor(Some("a:3306"), Some("0-1-40"), Some("0-40"));
         assert!(matches!(
             decide(&saved, "b:3306", &GtidState::default()),
             Decision::Behind { has, .. } if has == "none"
