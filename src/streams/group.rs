@@ -296,6 +296,11 @@ impl GroupState {
         self.held.remove(&stream);
     }
 
+    /// Whether everything durable is saved (nothing changed since the last save that worked).
+    pub fn is_saved(&self) -> bool {
+        !self.dirty
+    }
+
     /// Saves again at the next chance (the last save failed).
     pub fn mark_dirty(&mut self) {
         self.dirty = true;

@@ -88,12 +88,19 @@ impl StreamEngine {
         true
     }
 
-    /// Whether the group has had no streams and nothing in flight for [`IDLE_AFTER`].
+    /// Whether the group has had no streams and nothing in flight for [`IDLE_AFTER`], and its
+    /// progress is saved: a group whose server went away (its saves fail) is kept until a
+    /// switch carries its progress to the new server, where the next proxy to serve it finds
+    /// what it has done (the streams of a session die with its backend connection, so a group
+    /// is often idle at a switch).
     fn idle(group: &Group) -> bool {
         let inner = group.lock();
         inner.streams.is_empty()
             && inner.idle_since.is_some_and(|t| t.elapsed() >= IDLE_AFTER)
-            && inner.state.as_ref().is_none_or(|s| s.in_flight() == 0)
+            && inner
+                .state
+                .as_ref()
+                .is_none_or(|s| s.in_flight() == 0 && s.is_saved())
     }
 
     /// The group's task: lease, load, read, deliver, save; again after losing the lease.
@@ -269,7 +276,9 @@ impl StreamEngine {
     ) -> Placed {
         let mut switches = self.backends.subscribe();
         let mut behind_since: Option<Instant> = None;
-        let mut last_renew = Instant::now();
+        // When the progress was last saved here (renewing the lease): at once, since after a
+        // switch it may be newer than the new server's copy.
+        let mut last_renew: Option<Instant> = None;
         let mut told: Option<String> = None;
         let name = format!(
             "group '{}' of `{}`.`{}`",
@@ -354,14 +363,14 @@ impl StreamEngine {
                 Self::set_mode(group, mode);
             }
             // Waiting, holding the lease: the saved progress stays as it was.
-            if last_renew.elapsed() >= RENEW_EVERY {
+            if last_renew.is_none_or(|t| t.elapsed() >= RENEW_EVERY) {
                 match self
                     .store
                     .save(&group.key, &self.me, progress, &anchor)
                     .await
                 {
                     Ok(false) => return Placed::LostLease,
-                    Ok(true) => last_renew = Instant::now(),
+                    Ok(true) => last_renew = Some(Instant::now()),
                     Err(e) => tracing::debug!("renewing the lease of {name}: {e}"),
                 }
             }
@@ -373,11 +382,16 @@ impl StreamEngine {
                     if let Some(to) = seek {
                         return Placed::Seek(to);
                     }
-                    if self.give_up_if_idle(group) {
+                    // Not before its progress is saved on this server.
+                    if last_renew.is_some() && self.give_up_if_idle(group) {
                         return Placed::Stopped;
                     }
                 }
-                _ = tokio::time::sleep(PLACE_RETRY) => {}
+                _ = tokio::time::sleep(PLACE_RETRY) => {
+                    if last_renew.is_some() && self.give_up_if_idle(group) {
+                        return Placed::Stopped;
+                    }
+                }
             }
         }
     }
