@@ -29,10 +29,15 @@ fn rows(msgs: &[Msg]) -> BTreeSet<i64> {
     by_event(msgs).into_values().collect()
 }
 
-/// `n` rows, one transaction each, written straight to `conn`'s server.
-async fn insert(conn: &mut Conn, n: usize, tag: &str) {
-    for _ in 0..n {
-        run(conn, &format!("INSERT INTO ev (v) VALUES ('{tag}')")).await;
+/// Rows `ids`, one transaction each, written straight to `conn`'s server (explicit ids: Galera
+/// spaces auto-increment values by its node count).
+async fn insert(conn: &mut Conn, ids: std::ops::RangeInclusive<i64>, tag: &str) {
+    for id in ids {
+        run(
+            conn,
+            &format!("INSERT INTO ev (id, v) VALUES ({id}, '{tag}')"),
+        )
+        .await;
     }
 }
 
@@ -132,7 +137,7 @@ async fn a_group_saved_on_one_galera_node_is_taken_over_on_another() {
     let mut n1 = servers.direct(1).await;
     run(&mut n1, TABLE).await;
     let mut s = open(&a).await;
-    insert(&mut n1, 20, "first").await;
+    insert(&mut n1, 1..=20, "first").await;
     let first = s.recv_n(20, Duration::from_secs(30)).await;
     assert_eq!(rows(&first), (1..=20).collect());
     ack(a.port(), &first[..10]).await;
@@ -141,7 +146,7 @@ async fn a_group_saved_on_one_galera_node_is_taken_over_on_another() {
     a.kill();
     s.close();
     let mut n3 = servers.direct(3).await;
-    insert(&mut n3, 10, "meanwhile").await;
+    insert(&mut n3, 21..=30, "meanwhile").await;
 
     // The dead proxy's lease runs out (10 s), then node 2's proxy resumes by GTID.
     let want: BTreeSet<i64> = (11..=30).collect();
@@ -189,12 +194,12 @@ async fn a_group_follows_a_promotion_to_the_replica() {
     let mut primary = servers.direct(1).await;
     run(&mut primary, TABLE).await;
     let mut s = open(&proxy).await;
-    insert(&mut primary, 20, "first").await;
+    insert(&mut primary, 1..=20, "first").await;
     let first = s.recv_n(20, Duration::from_secs(30)).await;
     assert_eq!(rows(&first), (1..=20).collect());
     ack(proxy.port(), &first[..10]).await;
     saved_with_gtid(&mut primary, first[9].id, &proxy).await;
-    insert(&mut primary, 10, "more").await;
+    insert(&mut primary, 21..=30, "more").await;
     let more = s.recv_n(10, Duration::from_secs(30)).await;
     assert_eq!(rows(&more), (21..=30).collect());
     drop(primary);
@@ -220,7 +225,7 @@ async fn a_group_follows_a_promotion_to_the_replica() {
     );
     // And the new primary's own writes.
     let mut new_primary = servers.direct(2).await;
-    insert(&mut new_primary, 1, "after").await;
+    insert(&mut new_primary, 31..=31, "after").await;
     let after = collect_until(&proxy, Some(s), &[31].into(), Duration::from_secs(30)).await;
     let (after, s) = after;
     assert!(
@@ -247,7 +252,7 @@ async fn a_promoted_replica_without_what_the_group_did_is_refused_until_seek() {
     let mut primary = servers.direct(1).await;
     run(&mut primary, TABLE).await;
     let mut s = open(&proxy).await;
-    insert(&mut primary, 5, "first").await;
+    insert(&mut primary, 1..=5, "first").await;
     let first = s.recv_n(5, Duration::from_secs(30)).await;
     ack(proxy.port(), &first).await;
     saved_with_gtid(&mut primary, first[4].id, &proxy).await;
@@ -255,7 +260,7 @@ async fn a_promoted_replica_without_what_the_group_did_is_refused_until_seek() {
     let mut replica = servers.direct(2).await;
     run(&mut replica, "STOP SLAVE").await;
     // Read and acked on the primary only.
-    insert(&mut primary, 10, "lost").await;
+    insert(&mut primary, 6..=15, "lost").await;
     let lost = s.recv_n(10, Duration::from_secs(30)).await;
     ack(proxy.port(), &lost).await;
     saved_with_gtid(&mut primary, lost[9].id, &proxy).await;
@@ -306,7 +311,7 @@ async fn a_promoted_replica_without_what_the_group_did_is_refused_until_seek() {
         .await
         .unwrap_or_else(|e| panic!("SEEK: {e:?}\n{}", proxy.log()));
     let mut s = open(&proxy).await;
-    insert(&mut replica, 1, "after seek").await;
+    insert(&mut replica, 100..=100, "after seek").await;
     let after = s.recv_n(1, Duration::from_secs(30)).await;
     assert_eq!(
         after[0].values[2],
