@@ -540,9 +540,11 @@ impl StreamEngine {
         }
         self.ready().await?;
         match self.store.load(key).await.map_err(StreamError::backend)? {
+            // (This proxy itself while it moves the group to another server: nothing is in
+            // flight then, and what was is sent again.)
             Some(GroupRow {
                 owner: Some(owner), ..
-            }) => Err(StreamError::new(
+            }) if owner != self.me => Err(StreamError::new(
                 crate::protocol::commands::ER_UNKNOWN_ERROR,
                 "HY000",
                 format!(

@@ -12,6 +12,7 @@
 //! - **Another server**: the binlog dump opens right after `resume_gtid` (strict mode, as the
 //!   binlog watcher resumes: `crate::binlog::gtid::dump_after`), which gives the file and offset
 //!   on that server ([`locate`]); what the group has done is skipped by its floor and acked ids.
+//!   Only the table's GTID domain must be complete there ([`decide`]).
 //! - **The server lacks the transactions** (a replica promoted without them, or purged): the
 //!   group fails with a message that says to `SEEK` it; going on would skip events, or give new
 //!   transactions the ids of acked ones.
