@@ -95,7 +95,8 @@ struct Inner {
     streams: HashSet<StreamId>,
     next_stream: StreamId,
     /// A `SEEK` for the task to apply.
-    seek: Option<Progress>,
+    /// A `SEEK` for the task to apply: the position, and the server it is a position of.
+    seek: Option<(Progress, String)>,
     /// When the last stream left.
     idle_since: Option<Instant>,
 }
@@ -602,6 +603,9 @@ impl StreamEngine {
 
     /// `SEEK` of a group nobody else serves.
     async fn seek_here(&self, key: &GroupKey, to: Target) -> Result<(), StreamError> {
+        // The position and the server it is saved with must be the same server's.
+        let generation = self.backends.generation();
+        let here = self.here().await?;
         let progress = locate::resolve(&self.reader_opts(), &key.schema, &key.table, to)
             .await
             .map_err(|e| {
@@ -611,7 +615,16 @@ impl StreamEngine {
                     format!("cannot find that position in the binlog: {e}"),
                 )
             })?;
-        let here = self.here().await?;
+        if self.backends.generation() != generation {
+            return Err(StreamError::new(
+                crate::protocol::commands::ER_UNKNOWN_ERROR,
+                "HY000",
+                format!(
+                    "the backend in use changed while SEEK looked for that position; SEEK group '{}' again",
+                    key.group
+                ),
+            ));
+        }
         let existed = self
             .store
             .seek(key, &progress, &here)
@@ -634,7 +647,7 @@ impl StreamEngine {
             .get(key)
             .cloned();
         if let Some(group) = group {
-            group.lock().seek = Some(progress);
+            group.lock().seek = Some((progress, here));
             group.control.notify_one();
         }
         Ok(())

@@ -50,7 +50,8 @@ impl Placement {
 
 enum Placed {
     Ready(Placement),
-    Seek(Progress),
+    /// A `SEEK`: the position, and the server it is a position of.
+    Seek((Progress, String)),
     LostLease,
     Stopped,
 }
@@ -174,10 +175,9 @@ impl StreamEngine {
             Self::set_mode(group, Mode::Starting);
             let mut placement = match self.place(group, &mut progress, anchor.clone()).await {
                 Placed::Ready(p) => p,
-                Placed::Seek(to) => {
-                    // SEEK resolved the position on the server in use.
+                Placed::Seek((to, server)) => {
                     progress = to;
-                    anchor = Anchor::default();
+                    anchor = Anchor::at(server);
                     continue;
                 }
                 Placed::LostLease => return Served::LostLease,
@@ -212,9 +212,9 @@ impl StreamEngine {
             let end = self.deliver(group, &mut sources, &mut placement).await;
             sources.stop_own();
             match end {
-                Delivered::Seek(to) => {
+                Delivered::Seek((to, server)) => {
                     progress = to;
-                    anchor = Anchor::default();
+                    anchor = Anchor::at(server);
                 }
                 Delivered::LostLease => return Served::LostLease,
                 Delivered::Stopped => {
@@ -749,7 +749,7 @@ enum Served {
 }
 
 enum Delivered {
-    Seek(Progress),
+    Seek((Progress, String)),
     LostLease,
     Stopped,
     /// The backend in use changed: the group moves to the new server.

@@ -53,6 +53,17 @@ pub struct Anchor {
     pub done: Option<Done>,
 }
 
+impl Anchor {
+    /// A position of `server` with nothing known beyond it (a `SEEK`'s).
+    pub fn at(server: String) -> Anchor {
+        Anchor {
+            server: Some(server),
+            gtid: None,
+            done: None,
+        }
+    }
+}
+
 /// The newest transaction a group has done (every event up to it acked or filtered out, or
 /// acked itself): its GTID domain and seq_no. A server without it would number its next
 /// transactions with the ids of events the group has done.
