@@ -77,10 +77,10 @@ pub async fn run(config: Config) -> std::process::ExitCode {
     // Prompt delivery of rows written around the proxy; without binlog access it says why, once,
     // and the pollers carry on alone.
     let binlog = BinlogWatcher::start(backends.clone(), engine.clone(), shutdown.clone());
-    // Event streams: groups are served on demand, each with a binlog reader of its own. They
-    // stay on the server in use at start (docs/CLUSTERS.md: not yet moved by a switch).
+    // Event streams: groups are served on demand, each with a binlog reader of its own, on the
+    // server in use; at a switch they move to the new one by GTID (docs/CLUSTERS.md).
     let stream_engine = crate::streams::engine::StreamEngine::start(
-        &backend,
+        &backends,
         &config.stream_groups_table,
         shutdown.clone(),
     );

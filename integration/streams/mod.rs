@@ -11,12 +11,14 @@
 //!   one killed, `START EARLIEST` / `AT TIMESTAMP` / `SEEK` replay, `DROP GROUP`;
 //! - `errors` — malformed statements, hostile group names and filters, tables that are not
 //!   stream tables, a group's filter changed.
-//! - `readme` — the README's example, pasted into the `mariadb` client.
+//! - `readme` — the README's example, pasted into the `mariadb` client;
+//! - `upgrade` — a groups table of the previous version gets the new columns, its groups go on.
 
 mod delivery;
 mod durability;
 mod errors;
 mod readme;
+mod upgrade;
 
 use std::time::Duration;
 

@@ -522,6 +522,7 @@ mod tests {
             sent: 0,
             redelivered: 0,
             acked: 0,
+            resume_from: String::new(),
         };
         let v = View {
             tables: vec![

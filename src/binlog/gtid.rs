@@ -44,6 +44,35 @@ impl GtidState {
     pub fn is_empty(&self) -> bool {
         self.domains.is_empty()
     }
+
+    /// The last seq_no of `domain`, if the state has the domain.
+    pub fn seq(&self, domain: u32) -> Option<u64> {
+        self.domains.get(&domain).map(|(_, seq)| *seq)
+    }
+
+    /// The last GTID of `domain`.
+    pub fn get(&self, domain: u32) -> Option<Gtid> {
+        self.domains.get(&domain).map(|(server, seq)| Gtid {
+            domain,
+            server: *server,
+            seq: *seq,
+        })
+    }
+
+    /// Each domain and its last seq_no.
+    pub fn seqs(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.domains.iter().map(|(d, (_, seq))| (*d, *seq))
+    }
+}
+
+/// The session statements that make the next binlog dump start right after `state` (a dump by
+/// GTID): in strict mode the server fails (1236) when it does not have those transactions,
+/// instead of guessing. The binlog watcher and the event-stream groups both resume this way.
+pub fn dump_after(state: &GtidState) -> [String; 2] {
+    [
+        format!("SET @slave_connect_state = '{state}'"),
+        "SET @slave_gtid_strict_mode = 1".to_string(),
+    ]
 }
 
 impl fmt::Display for GtidState {

@@ -476,8 +476,7 @@ impl Watcher {
         if let Some(gtids) = &by_gtid {
             // A dump by GTID: the server starts right after these transactions, and in strict
             // mode fails (1236) when it does not have them, instead of guessing.
-            setup.push(format!("SET @slave_connect_state = '{gtids}'"));
-            setup.push("SET @slave_gtid_strict_mode = 1".to_string());
+            setup.extend(super::gtid::dump_after(gtids));
         }
         for sql in setup {
             within(conn.query_drop(sql))

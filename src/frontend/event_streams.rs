@@ -288,7 +288,7 @@ fn key_of(def: &StreamTable, group: String) -> GroupKey {
 }
 
 /// The columns of `SHOW STREAM GROUPS`, with typed placeholders (as `SHOW MESSAGE TABLES`).
-const COLUMNS: [(&str, &str); 14] = [
+const COLUMNS: [(&str, &str); 15] = [
     ("Schema", "CAST('' AS CHAR(64) CHARACTER SET utf8mb4)"),
     ("Table", "CAST('' AS CHAR(64) CHARACTER SET utf8mb4)"),
     ("Group", "CAST('' AS CHAR(255) CHARACTER SET utf8mb4)"),
@@ -303,6 +303,10 @@ const COLUMNS: [(&str, &str); 14] = [
     ("Sent", "CAST(18446744073709551615 AS UNSIGNED)"),
     ("Acked", "CAST(18446744073709551615 AS UNSIGNED)"),
     ("Redelivered", "CAST(18446744073709551615 AS UNSIGNED)"),
+    (
+        "Resume_from",
+        "CAST('' AS CHAR(1024) CHARACTER SET utf8mb4)",
+    ),
 ];
 
 fn show_stream_groups_sql(groups: &[GroupInfo]) -> String {
@@ -321,7 +325,7 @@ fn show_stream_groups_sql(groups: &[GroupInfo]) -> String {
             .map_or("NULL".to_owned(), |a| format!("{a:.3}"));
         let _ = write!(
             sql,
-            " UNION ALL SELECT {}, {}, {}, {}, {}, {}, {age}, {}, {}, {}, {}, {}, {}, {}",
+            " UNION ALL SELECT {}, {}, {}, {}, {}, {}, {age}, {}, {}, {}, {}, {}, {}, {}, {}",
             text(&g.key.schema),
             text(&g.key.table),
             text(&g.key.group),
@@ -335,6 +339,7 @@ fn show_stream_groups_sql(groups: &[GroupInfo]) -> String {
             count(g.sent),
             count(g.acked),
             count(g.redelivered),
+            text(&g.resume_from),
         );
     }
     sql

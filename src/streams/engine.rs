@@ -9,13 +9,16 @@
 //! keeps trying; its streams wait, and take over from the durable progress once the serving
 //! proxy is gone. A group with no streams and nothing in flight for [`IDLE_AFTER`] gives its
 //! lease up and stops reading.
+//!
+//! Everything follows the backend in use (`crate::cluster`): the store's pool, the readers, and
+//! at a switch every serving group saves, and resumes on the new server by GTID (`resume.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Opts, Pool};
+use mysql_async::Opts;
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -27,7 +30,7 @@ use super::reader::{self, Event, ReaderError, ReaderMsg, ReaderTarget};
 use super::registry::{Registry, StreamLookup, StreamTable};
 use super::shared::{Piece, SharedReaders};
 use super::store::{GroupKey, GroupRow, Store, RENEW_EVERY};
-use crate::config::BackendTarget;
+use crate::cluster::{Backends, SharedPool};
 use crate::sql::Filter;
 
 /// How often a serving group saves its progress when it changed.
@@ -79,6 +82,9 @@ pub enum Mode {
     Serving,
     /// The group cannot go on (its position left the binlog, ...): the message for its streams.
     Failed(String),
+    /// Holding the lease, waiting for the server in use to apply transactions the group needs
+    /// (why, for `SHOW STREAM GROUPS`); its streams wait.
+    Behind(String),
     /// `DROP GROUP`, or the proxy is stopping.
     Gone(String),
 }
@@ -89,7 +95,8 @@ struct Inner {
     streams: HashSet<StreamId>,
     next_stream: StreamId,
     /// A `SEEK` for the task to apply.
-    seek: Option<Progress>,
+    /// A `SEEK` for the task to apply: the position, and the server it is a position of.
+    seek: Option<(Progress, String)>,
     /// When the last stream left.
     idle_since: Option<Instant>,
 }
@@ -127,6 +134,8 @@ pub struct GroupInfo {
     pub sent: u64,
     pub redelivered: u64,
     pub acked: u64,
+    /// Where the group resumes: the saved file and offset, their server and GTID state.
+    pub resume_from: String,
 }
 
 impl Group {
@@ -194,6 +203,7 @@ impl Group {
             Mode::Serving => ("serving".to_owned(), None),
             Mode::Starting => ("opening the binlog".to_owned(), None),
             Mode::Waiting(owner) => ("waiting for the lease".to_owned(), owner.clone()),
+            Mode::Behind(why) => (why.clone(), None),
             Mode::Failed(why) | Mode::Gone(why) => (why.clone(), None),
         };
         GroupInfo {
@@ -213,19 +223,23 @@ impl Group {
             sent,
             redelivered,
             acked,
+            resume_from: String::new(),
         }
     }
 }
 
 /// The event-stream engine of one proxy.
 pub struct StreamEngine {
-    pool: Pool,
+    /// The server in use's pool (it follows a switch).
+    pool: SharedPool,
+    backends: Arc<Backends>,
+    /// The server in use's identity (`resume::identify`), by switch count.
+    here: tokio::sync::Mutex<Option<(u64, String)>>,
     registry: Registry,
     store: Store,
     groups: Mutex<HashMap<GroupKey, Arc<Group>>>,
     /// This proxy's name in leases: host, process and a random part.
     pub me: String,
-    reader_opts: Opts,
     /// The tables' shared readers, for groups at the head of the binlog.
     shared: Arc<SharedReaders>,
     shutdown: CancellationToken,
@@ -240,17 +254,24 @@ impl StreamEngine {
     /// Starts the engine: the registry and its periodic reload. `groups_table` is the
     /// `--stream-groups-table` flag.
     pub fn start(
-        backend: &BackendTarget,
+        backends: &Arc<Backends>,
         groups_table: &str,
         shutdown: CancellationToken,
     ) -> Arc<StreamEngine> {
-        let constraints = mysql_async::PoolConstraints::new(1, 16).unwrap_or_default();
-        let opts = backend
-            .mysql_async_opts()
-            .client_found_rows(true)
-            .setup(vec!["SET time_zone = '+00:00'"])
-            .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints));
-        let pool = Pool::new(opts);
+        let pool = SharedPool::new(
+            backends,
+            Box::new(|backend| {
+                let constraints = mysql_async::PoolConstraints::new(1, 16).unwrap_or_default();
+                mysql_async::Pool::new(
+                    backend
+                        .mysql_async_opts()
+                        .client_found_rows(true)
+                        .setup(vec!["SET time_zone = '+00:00'"])
+                        .pool_opts(mysql_async::PoolOpts::default().with_constraints(constraints)),
+                )
+            }),
+            shutdown.clone(),
+        );
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "msgproxy".into());
         let me = format!(
             "{host}:{}:{:08x}",
@@ -260,11 +281,12 @@ impl StreamEngine {
         let engine = Arc::new(StreamEngine {
             store: Store::new(pool.clone(), groups_table),
             pool,
+            backends: backends.clone(),
+            here: tokio::sync::Mutex::new(None),
             registry: Registry::default(),
             groups: Mutex::new(HashMap::new()),
             me,
-            reader_opts: backend.mysql_async_opts().into(),
-            shared: SharedReaders::new(backend.mysql_async_opts().into(), shutdown.clone()),
+            shared: SharedReaders::new(backends.clone(), shutdown.clone()),
             shutdown,
             table_ready: tokio::sync::OnceCell::new(),
             tasks: tokio_util::task::TaskTracker::new(),
@@ -283,12 +305,37 @@ impl StreamEngine {
                 if periodic.registry.is_empty() {
                     continue;
                 }
-                if let Err(e) = periodic.registry.reload(&periodic.pool).await {
+                if let Err(e) = periodic.registry.reload(&periodic.pool.current()).await {
                     tracing::debug!("loading the stream tables failed: {e}");
                 }
             }
         });
         engine
+    }
+
+    /// How binlog readers connect to the server in use now.
+    fn reader_opts(&self) -> Opts {
+        self.backends.current().mysql_async_opts().into()
+    }
+
+    /// The server in use's identity (`@@hostname:@@port`), asked once per switch.
+    async fn here(&self) -> Result<String, StreamError> {
+        let generation = self.backends.generation();
+        let mut known = self.here.lock().await;
+        if let Some((g, id)) = known.as_ref() {
+            if *g == generation {
+                return Ok(id.clone());
+            }
+        }
+        let mut conn = mysql_async::Conn::new(self.reader_opts())
+            .await
+            .map_err(StreamError::backend)?;
+        let id = super::resume::identify(&mut conn)
+            .await
+            .map_err(StreamError::backend)?;
+        let _ = conn.disconnect().await;
+        *known = Some((generation, id.clone()));
+        Ok(id)
     }
 
     /// Waits (at most `limit`) for the groups' tasks to save and let go after the shutdown
@@ -303,7 +350,7 @@ impl StreamEngine {
     pub async fn lookup(&self, schema: &str, name: &str) -> StreamLookup {
         match self.registry.lookup(schema, name) {
             StreamLookup::NotStreamTable => {
-                if let Err(e) = self.registry.reload(&self.pool).await {
+                if let Err(e) = self.registry.reload(&self.pool.current()).await {
                     warn!("loading the stream tables failed: {e}");
                 }
                 self.registry.lookup(schema, name)
@@ -378,7 +425,7 @@ impl StreamEngine {
         let row = match self.store.load(&key).await.map_err(StreamError::backend)? {
             Some(row) => row,
             None => {
-                let progress = locate::resolve(&self.reader_opts, &key.schema, &key.table, start)
+                let progress = locate::resolve(&self.reader_opts(), &key.schema, &key.table, start)
                     .await
                     .map_err(|e| {
                         StreamError::new(
@@ -390,8 +437,9 @@ impl StreamEngine {
                             ),
                         )
                     })?;
+                let here = self.here().await?;
                 self.store
-                    .create(&key, &canonical, &progress)
+                    .create(&key, &canonical, &progress, &here)
                     .await
                     .map_err(StreamError::backend)?
                     .ok_or_else(|| StreamError::backend("the new group's row is not there"))?
@@ -493,9 +541,11 @@ impl StreamEngine {
         }
         self.ready().await?;
         match self.store.load(key).await.map_err(StreamError::backend)? {
+            // (This proxy itself while it moves the group to another server: nothing is in
+            // flight then, and what was is sent again.)
             Some(GroupRow {
                 owner: Some(owner), ..
-            }) => Err(StreamError::new(
+            }) if owner != self.me => Err(StreamError::new(
                 crate::protocol::commands::ER_UNKNOWN_ERROR,
                 "HY000",
                 format!(
@@ -530,10 +580,14 @@ impl StreamEngine {
         let served_here = local.as_ref().is_some_and(|g| g.lock().state.is_some());
         if !served_here {
             // The serving proxy's next save would undo a SEEK written behind its back.
+            // (This proxy as the owner: its group task is placing the group on the server.)
             if let Some(GroupRow {
                 owner: Some(owner), ..
             }) = self.store.load(key).await.map_err(StreamError::backend)?
             {
+                if owner == self.me {
+                    return self.seek_here(key, to).await;
+                }
                 return Err(StreamError::new(
                     crate::protocol::commands::ER_UNKNOWN_ERROR,
                     "HY000",
@@ -544,7 +598,15 @@ impl StreamEngine {
                 ));
             }
         }
-        let progress = locate::resolve(&self.reader_opts, &key.schema, &key.table, to)
+        self.seek_here(key, to).await
+    }
+
+    /// `SEEK` of a group nobody else serves.
+    async fn seek_here(&self, key: &GroupKey, to: Target) -> Result<(), StreamError> {
+        // The position and the server it is saved with must be the same server's.
+        let generation = self.backends.generation();
+        let here = self.here().await?;
+        let progress = locate::resolve(&self.reader_opts(), &key.schema, &key.table, to)
             .await
             .map_err(|e| {
                 StreamError::new(
@@ -553,15 +615,25 @@ impl StreamEngine {
                     format!("cannot find that position in the binlog: {e}"),
                 )
             })?;
+        if self.backends.generation() != generation {
+            return Err(StreamError::new(
+                crate::protocol::commands::ER_UNKNOWN_ERROR,
+                "HY000",
+                format!(
+                    "the backend in use changed while SEEK looked for that position; SEEK group '{}' again",
+                    key.group
+                ),
+            ));
+        }
         let existed = self
             .store
-            .seek(key, &progress)
+            .seek(key, &progress, &here)
             .await
             .map_err(StreamError::backend)?;
         if !existed
             && self
                 .store
-                .create(key, "", &progress)
+                .create(key, "", &progress, &here)
                 .await
                 .map_err(StreamError::backend)?
                 .is_none()
@@ -575,7 +647,7 @@ impl StreamEngine {
             .get(key)
             .cloned();
         if let Some(group) = group {
-            group.lock().seek = Some(progress);
+            group.lock().seek = Some((progress, here));
             group.control.notify_one();
         }
         Ok(())
@@ -614,11 +686,13 @@ impl StreamEngine {
             .map(|row| match local.get(&row.key) {
                 Some(info) if info.status == "serving" => GroupInfo {
                     serving: Some(self.me.clone()),
+                    resume_from: super::resume::describe(&row.progress.resume, &row.anchor),
                     ..info.clone()
                 },
                 Some(info) => GroupInfo {
                     position: row.progress.floor,
                     serving: row.owner.clone(),
+                    resume_from: super::resume::describe(&row.progress.resume, &row.anchor),
                     ..info.clone()
                 },
                 None => GroupInfo {
@@ -638,6 +712,7 @@ impl StreamEngine {
                     sent: 0,
                     redelivered: 0,
                     acked: 0,
+                    resume_from: super::resume::describe(&row.progress.resume, &row.anchor),
                 },
             })
             .collect())

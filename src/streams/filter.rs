@@ -169,6 +169,7 @@ mod tests {
         };
         Event {
             id: 1,
+            domain: 0,
             tx_start: BinlogPosition {
                 file: "f".into(),
                 pos: 4,

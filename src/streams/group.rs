@@ -56,6 +56,8 @@ pub struct GroupState {
     read_upto: BinlogPosition,
     /// The last event id read (of any event of the table, done or not).
     last_read: Option<u64>,
+    /// The GTID domain of the table's events read (the reader allows one).
+    domain: Option<u32>,
     /// The newest commit time read (Unix seconds), for "behind".
     pub newest_timestamp: u32,
     /// Counters for metrics and SHOW STREAM GROUPS: events handed to streams (first times and
@@ -83,6 +85,7 @@ impl GroupState {
             held: HashMap::new(),
             read_upto: progress.resume,
             last_read: None,
+            domain: None,
             newest_timestamp: 0,
             sent: 0,
             redelivered: 0,
@@ -100,6 +103,7 @@ impl GroupState {
     ) {
         for event in events {
             self.last_read = Some(self.last_read.map_or(event.id, |l| l.max(event.id)));
+            self.domain = Some(event.domain);
             self.newest_timestamp = self.newest_timestamp.max(event.timestamp);
             if event.id < self.floor
                 || self.acked.contains(&event.id)
@@ -292,6 +296,11 @@ impl GroupState {
         self.held.remove(&stream);
     }
 
+    /// Whether everything durable is saved (nothing changed since the last save that worked).
+    pub fn is_saved(&self) -> bool {
+        !self.dirty
+    }
+
     /// Saves again at the next chance (the last save failed).
     pub fn mark_dirty(&mut self) {
         self.dirty = true;
@@ -316,6 +325,23 @@ impl GroupState {
             resume,
             acked: self.acked.iter().copied().collect(),
         }
+    }
+
+    /// The newest transaction with an event done (acked, or below the floor), once an event
+    /// of the table was read (its domain is known then): a server the group moves to must
+    /// have it, or its next transactions would take ids the group has done.
+    pub fn done(&self) -> Option<super::resume::Done> {
+        let newest = self
+            .acked
+            .last()
+            .copied()
+            .into_iter()
+            .chain(self.floor.checked_sub(1))
+            .max()?;
+        Some(super::resume::Done {
+            domain: self.domain?,
+            seq: super::reader::seq_no_of(newest),
+        })
     }
 
     /// The position shown to operators: the lowest event id not done.

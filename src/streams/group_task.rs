@@ -1,6 +1,8 @@
-//! A group's task (`StreamEngine::run`): take the lease, load the progress, read the binlog from
-//! there, hand events to the group's streams, save the progress every [`SAVE_EVERY`]; again after
-//! losing the lease; give the group up when it has been idle for [`IDLE_AFTER`].
+//! A group's task (`StreamEngine::run`): take the lease, load the progress, place it on the
+//! server in use (`resume.rs`: its own file and offset, or by GTID on another server), read the
+//! binlog from there, hand events to the group's streams, save the progress every
+//! [`SAVE_EVERY`]; again after losing the lease or a backend switch; give the group up when it
+//! has been idle for [`IDLE_AFTER`].
 
 use std::collections::VecDeque;
 
@@ -9,6 +11,50 @@ use tokio::sync::broadcast;
 use super::*;
 use crate::binlog::BinlogPosition;
 use crate::streams::group::position_before;
+use crate::streams::resume::{self, Anchor, Decision, Done, GtidTracker, LocateError};
+
+/// How often a group that cannot be placed on the server in use (behind, or lacking
+/// transactions) looks again.
+const PLACE_RETRY: Duration = Duration::from_secs(1);
+
+/// Where a serving group reads: the server its file and offset belong to (by switch count, and
+/// how to connect to it), and what is saved with them to resume elsewhere.
+struct Placement {
+    generation: u64,
+    opts: Opts,
+    anchor: Anchor,
+    gtid: GtidTracker,
+}
+
+impl Placement {
+    fn new(generation: u64, opts: Opts, anchor: Anchor) -> Placement {
+        let gtid = GtidTracker::new(anchor.gtid.clone());
+        Placement {
+            generation,
+            opts,
+            anchor,
+            gtid,
+        }
+    }
+
+    /// What to save with the group's progress: the group's newest done transaction when it
+    /// knows it (else the last saved one).
+    fn anchor_now(&mut self, done: Option<Done>) -> Anchor {
+        self.anchor.gtid = self.gtid.known.clone();
+        if done.is_some() {
+            self.anchor.done = done;
+        }
+        self.anchor.clone()
+    }
+}
+
+enum Placed {
+    Ready(Placement),
+    /// A `SEEK`: the position, and the server it is a position of.
+    Seek((Progress, String)),
+    LostLease,
+    Stopped,
+}
 
 impl StreamEngine {
     fn forget(&self, group: &Arc<Group>) {
@@ -43,12 +89,19 @@ impl StreamEngine {
         true
     }
 
-    /// Whether the group has had no streams and nothing in flight for [`IDLE_AFTER`].
+    /// Whether the group has had no streams and nothing in flight for [`IDLE_AFTER`], and its
+    /// progress is saved: a group whose server went away (its saves fail) is kept until a
+    /// switch carries its progress to the new server, where the next proxy to serve it finds
+    /// what it has done (the streams of a session die with its backend connection, so a group
+    /// is often idle at a switch).
     fn idle(group: &Group) -> bool {
         let inner = group.lock();
         inner.streams.is_empty()
             && inner.idle_since.is_some_and(|t| t.elapsed() >= IDLE_AFTER)
-            && inner.state.as_ref().is_none_or(|s| s.in_flight() == 0)
+            && inner
+                .state
+                .as_ref()
+                .is_none_or(|s| s.in_flight() == 0 && s.is_saved())
     }
 
     /// The group's task: lease, load, read, deliver, save; again after losing the lease.
@@ -117,7 +170,19 @@ impl StreamEngine {
             return Served::LostLease;
         };
         let mut progress = row.progress;
+        let mut anchor = row.anchor;
         loop {
+            Self::set_mode(group, Mode::Starting);
+            let mut placement = match self.place(group, &mut progress, anchor.clone()).await {
+                Placed::Ready(p) => p,
+                Placed::Seek((to, server)) => {
+                    progress = to;
+                    anchor = Anchor::at(server);
+                    continue;
+                }
+                Placed::LostLease => return Served::LostLease,
+                Placed::Stopped => return Served::Stopped,
+            };
             {
                 let mut inner = group.lock();
                 let mut state = GroupState::new(progress.clone());
@@ -134,30 +199,215 @@ impl StreamEngine {
             // The group reads alone from where it must resume, and hands over to the table's
             // shared reader once it has caught up with it.
             let mut sources = Sources {
-                own: Some(self.own_reader(group, progress.resume.clone())),
-                shared: Some(self.shared.subscribe(&group.key.schema, &group.key.table)),
+                own: Some(self.own_reader(group, &placement.opts, progress.resume.clone())),
+                shared: self.shared.subscribe(
+                    &group.key.schema,
+                    &group.key.table,
+                    placement.generation,
+                ),
                 ahead: VecDeque::new(),
+                opts: placement.opts.clone(),
+                generation: placement.generation,
             };
-            let end = self.deliver(group, &mut sources).await;
+            let end = self.deliver(group, &mut sources, &mut placement).await;
             sources.stop_own();
             match end {
-                Delivered::Seek(to) => progress = to,
+                Delivered::Seek((to, server)) => {
+                    progress = to;
+                    anchor = Anchor::at(server);
+                }
                 Delivered::LostLease => return Served::LostLease,
                 Delivered::Stopped => {
                     // The last progress, saved before the lease goes.
-                    let last = group.lock().state.as_ref().map(GroupState::snapshot);
-                    if let Some(p) = last {
-                        let _ = self.store.save(&group.key, &self.me, &p).await;
+                    if let Some((p, done)) = Self::last_progress(group) {
+                        let a = placement.anchor_now(done);
+                        let _ = self.store.save(&group.key, &self.me, &p, &a).await;
                     }
                     return Served::Stopped;
+                }
+                Delivered::Switched => {
+                    // Saved first (to the new server's copy of the table): a proxy that takes
+                    // the group over from here on any server starts where this one stopped.
+                    let mut done = None;
+                    if let Some((p, d)) = Self::last_progress(group) {
+                        progress = p;
+                        done = d;
+                    }
+                    anchor = placement.anchor_now(done);
+                    if let Err(e) = self
+                        .store
+                        .save(&group.key, &self.me, &progress, &anchor)
+                        .await
+                    {
+                        tracing::debug!("saving group {:?} at a switch: {e}", group.key);
+                    }
+                    info!(
+                        "group '{}' of `{}`.`{}`: the backend in use changed; resuming there from {}",
+                        group.key.group,
+                        group.key.schema,
+                        group.key.table,
+                        resume::describe(&progress.resume, &anchor)
+                    );
+                    group.lock().state = None;
                 }
             }
         }
     }
 
-    /// Runs one reader's events into the group until a seek, the lease is lost, or the group
-    /// stops.
-    async fn deliver(&self, group: &Arc<Group>, sources: &mut Sources) -> Delivered {
+    /// The group's progress now, and its newest done transaction.
+    fn last_progress(group: &Group) -> Option<(Progress, Option<Done>)> {
+        group
+            .lock()
+            .state
+            .as_ref()
+            .map(|s| (s.snapshot(), s.done()))
+    }
+
+    /// Where the group starts on the server in use: its saved file and offset (the same server),
+    /// or right after its saved GTID state (another server). While the server cannot take it
+    /// (behind, lacking transactions, nothing to move by) the group keeps its lease and its
+    /// saved progress, its streams wait or get the reason, and this looks again every
+    /// [`PLACE_RETRY`], at a switch, and at a `SEEK`.
+    async fn place(
+        &self,
+        group: &Arc<Group>,
+        progress: &mut Progress,
+        mut anchor: Anchor,
+    ) -> Placed {
+        let mut switches = self.backends.subscribe();
+        let mut behind_since: Option<Instant> = None;
+        // When the progress was last saved here (renewing the lease): at once, since after a
+        // switch it may be newer than the new server's copy.
+        let mut last_renew: Option<Instant> = None;
+        let mut told: Option<String> = None;
+        let name = format!(
+            "group '{}' of `{}`.`{}`",
+            group.key.group, group.key.schema, group.key.table
+        );
+        let seek_hint = format!(
+            "SEEK `{}`.`{}` GROUP '{}' TO EARLIEST (or TO EVENT n, TO LATEST) to go on from a position on this server",
+            group.key.schema, group.key.table, group.key.group
+        );
+        loop {
+            let server = switches.borrow_and_update().clone();
+            let opts: Opts = server.target.mysql_async_opts().into();
+            let verdict = async {
+                let here = self.here().await.map_err(|e| e.message)?;
+                let mut conn = mysql_async::Conn::new(opts.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let gtids = resume::server_gtids(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let _ = conn.disconnect().await;
+                let decision = resume::decide(&anchor, &here, &gtids);
+                Ok::<_, String>((here, decision))
+            }
+            .await;
+            let problem = match verdict {
+                Ok((here, Decision::Here)) => {
+                    anchor.server = Some(here);
+                    return Placed::Ready(Placement::new(server.generation, opts, anchor));
+                }
+                Ok((here, Decision::ByGtid(state))) => match resume::locate(&opts, &state).await {
+                    Ok(at) => {
+                        info!(
+                            "{name}: resuming on {here} after GTID {state} (saved at {}), from {at}",
+                            resume::describe(&progress.resume, &anchor)
+                        );
+                        progress.resume = at;
+                        anchor.server = Some(here);
+                        return Placed::Ready(Placement::new(server.generation, opts, anchor));
+                    }
+                    Err(LocateError::Missing(why)) => Some(Mode::Failed(format!(
+                        "{name} cannot resume on {here}: it was saved on {} after GTID {state}, and this server's binlog does not have those transactions ({why}); going on would skip events or give new ones the ids of events already done. {seek_hint}",
+                        anchor.server.as_deref().unwrap_or("another server")
+                    ))),
+                    Err(LocateError::Other(e)) => {
+                        tracing::debug!("{name}: finding GTID {state} on {here}: {e}");
+                        None
+                    }
+                },
+                Ok((here, Decision::Behind { needs, has })) => {
+                    let since = *behind_since.get_or_insert_with(Instant::now);
+                    Some(if since.elapsed() < resume::BEHIND_GRACE {
+                        Mode::Behind(format!(
+                            "waiting for {here} to apply transactions the group has read or done ({needs}; its binlog has {has})"
+                        ))
+                    } else {
+                        Mode::Failed(format!(
+                            "{name} cannot resume on {here}: this server has not applied transactions the group has read or done ({needs}; its binlog has {has}). A replica still catching up resumes the group by itself once it has them; if they are lost, {seek_hint}"
+                        ))
+                    })
+                }
+                Ok((here, Decision::NoGtid { server: saved_on })) => Some(Mode::Failed(format!(
+                    "{name} cannot resume on {here}: it was saved at {} on {saved_on} without the GTID state to find that place on another server (MariaDB GTIDs are needed). {seek_hint}",
+                    progress.resume
+                ))),
+                Err(e) => {
+                    tracing::debug!("{name}: asking the server in use where to resume: {e}");
+                    None
+                }
+            };
+            if let Some(mode) = problem {
+                let why = match &mode {
+                    Mode::Failed(w) | Mode::Behind(w) => Some(w.clone()),
+                    _ => None,
+                };
+                if why != told {
+                    if let Some(w) = &why {
+                        warn!("{w}");
+                    }
+                    told = why;
+                }
+                Self::set_mode(group, mode);
+            }
+            // Waiting, holding the lease: the saved progress stays as it was.
+            if last_renew.is_none_or(|t| t.elapsed() >= RENEW_EVERY) {
+                match self
+                    .store
+                    .save(&group.key, &self.me, progress, &anchor)
+                    .await
+                {
+                    Ok(false) => return Placed::LostLease,
+                    Ok(true) => last_renew = Some(Instant::now()),
+                    Err(e) => tracing::debug!("renewing the lease of {name}: {e}"),
+                }
+            }
+            tokio::select! {
+                _ = group.stop.cancelled() => return Placed::Stopped,
+                _ = switches.changed() => {}
+                _ = group.control.notified() => {
+                    let seek = group.lock().seek.take();
+                    if let Some(to) = seek {
+                        return Placed::Seek(to);
+                    }
+                    // Not before its progress is saved on this server.
+                    if last_renew.is_some() && self.give_up_if_idle(group) {
+                        return Placed::Stopped;
+                    }
+                }
+                _ = tokio::time::sleep(PLACE_RETRY) => {
+                    if last_renew.is_some() && self.give_up_if_idle(group) {
+                        return Placed::Stopped;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs one reader's events into the group until a seek, the lease is lost, a backend
+    /// switch, or the group stops.
+    async fn deliver(
+        &self,
+        group: &Arc<Group>,
+        sources: &mut Sources,
+        placement: &mut Placement,
+    ) -> Delivered {
+        let mut switches = self.backends.subscribe();
+        if switches.borrow_and_update().generation != placement.generation {
+            return Delivered::Switched;
+        }
         let mut save = tokio::time::interval(SAVE_EVERY);
         save.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_save = Instant::now();
@@ -192,6 +442,7 @@ impl StreamEngine {
             );
             tokio::select! {
                 _ = group.stop.cancelled() => return Delivered::Stopped,
+                _ = switches.changed() => return Delivered::Switched,
                 piece = next_piece(&mut sources.shared), if reading && (sources.own.is_some() || window) => {
                     self.took_piece(group, sources, piece);
                 }
@@ -253,17 +504,23 @@ impl StreamEngine {
                     }
                 }
                 _ = save.tick() => {
-                    let (changed, snapshot) = {
+                    let (changed, snapshot, done) = {
                         let mut inner = group.lock();
                         match inner.state.as_mut() {
-                            Some(s) => (s.take_progress(), Some(s.snapshot())),
-                            None => (None, None),
+                            Some(s) => (s.take_progress(), Some(s.snapshot()), s.done()),
+                            None => (None, None, None),
                         }
                     };
+                    // The GTID state at the resume position, asked now and then in a task of
+                    // its own, rides along with the next save.
+                    if let Some(at) = snapshot.as_ref().map(|p| &p.resume) {
+                        placement.gtid.tick(&placement.opts, at).await;
+                    }
                     let due = last_save.elapsed() >= RENEW_EVERY;
                     let to_save = changed.or(if due { snapshot } else { None });
                     if let Some(p) = to_save {
-                        match self.store.save(&group.key, &self.me, &p).await {
+                        let anchor = placement.anchor_now(done);
+                        match self.store.save(&group.key, &self.me, &p, &anchor).await {
                             Ok(true) => last_save = Instant::now(),
                             Ok(false) => return Delivered::LostLease,
                             Err(e) => {
@@ -288,7 +545,7 @@ impl StreamEngine {
         match e {
             ReaderError::PositionGone { at, .. } => {
                 let position = group.lock().state.as_ref().map_or(0, GroupState::floor);
-                let oldest = locate::oldest_event(&self.reader_opts)
+                let oldest = locate::oldest_event(&self.reader_opts())
                     .await
                     .ok()
                     .flatten()
@@ -307,12 +564,13 @@ impl StreamEngine {
 }
 
 impl StreamEngine {
-    /// A reader of the group's own from `from`.
-    fn own_reader(&self, group: &Group, from: BinlogPosition) -> OwnReader {
+    /// A reader of the group's own from `from` on the server of `opts` (the one `from` is a
+    /// position of).
+    fn own_reader(&self, group: &Group, opts: &Opts, from: BinlogPosition) -> OwnReader {
         let stop = group.stop.child_token();
         let (tx, rx) = mpsc::channel::<ReaderMsg>(reader::QUEUE);
         let target = ReaderTarget {
-            opts: self.reader_opts.clone(),
+            opts: opts.clone(),
             schema: group.key.schema.clone(),
             table: group.key.table.clone(),
         };
@@ -422,9 +680,11 @@ impl StreamEngine {
             return;
         };
         sources.ahead.clear();
-        sources.shared = Some(self.shared.subscribe(&group.key.schema, &group.key.table));
+        sources.shared =
+            self.shared
+                .subscribe(&group.key.schema, &group.key.table, sources.generation);
         sources.stop_own();
-        sources.own = Some(self.own_reader(group, from));
+        sources.own = Some(self.own_reader(group, &sources.opts, from));
     }
 }
 
@@ -446,6 +706,10 @@ struct Sources {
     shared: Option<broadcast::Receiver<Arc<Piece>>>,
     /// While the group reads alone: the shared reader's latest pieces, for the hand-over.
     ahead: VecDeque<Arc<Piece>>,
+    /// The server the group's positions belong to: its readers read there, and follow a shared
+    /// reader only of that server (switch `generation`).
+    opts: Opts,
+    generation: u64,
 }
 
 impl Sources {
@@ -485,7 +749,9 @@ enum Served {
 }
 
 enum Delivered {
-    Seek(Progress),
+    Seek((Progress, String)),
     LostLease,
     Stopped,
+    /// The backend in use changed: the group moves to the new server.
+    Switched,
 }

@@ -11,6 +11,7 @@ fn pos(p: u64) -> BinlogPosition {
 fn ev(seq: u64, ordinal: u64) -> Arc<Event> {
     Arc::new(Event {
         id: event_id(seq, ordinal),
+        domain: 0,
         tx_start: pos(seq * 100),
         timestamp: seq as u32,
         columns: Vec::new().into(),
@@ -154,4 +155,22 @@ fn reading_never_goes_back() {
     g.progress(pos(150));
     assert_eq!(g.read_upto(), &pos(250));
     assert_eq!(g.outstanding(), 1, "an event read twice is held once");
+}
+
+#[test]
+fn done_is_the_newest_transaction_acked_or_below_the_floor() {
+    let mut g = fresh();
+    assert_eq!(g.done(), None, "nothing read: the domain is not known");
+    g.committed(vec![ev(5, 0), ev(5, 1), ev(6, 0)], pos(700), |_| true);
+    // Everything below the first event read is done: a server without transaction 4 would
+    // give its next one ids below the floor.
+    assert_eq!(
+        g.done(),
+        Some(crate::streams::resume::Done { domain: 0, seq: 4 })
+    );
+    assert_eq!(g.ack(&[event_id(6, 0)]), 1);
+    assert_eq!(
+        g.done(),
+        Some(crate::streams::resume::Done { domain: 0, seq: 6 })
+    );
 }

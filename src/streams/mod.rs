@@ -13,6 +13,8 @@
 //! - `filter.rs` — a group's `WHERE` filter over an event's values;
 //! - `group.rs` — one group's delivery state without I/O (position, acked, in flight);
 //! - `store.rs` — the groups' durable progress and leases in msgproxy's own table;
+//! - `resume.rs` — where a group resumes on the server in use: its own file and offset, or by
+//!   GTID on another server (or why it cannot);
 //! - `engine.rs` — the groups this proxy serves and the statements on them;
 //! - `group_task.rs` — one group's task: lease, reader, deliveries, saves;
 //! - `serve.rs` — one `STREAM ... GROUP` on a client session.
@@ -26,6 +28,7 @@ pub mod locate;
 pub mod options;
 pub mod reader;
 pub mod registry;
+pub mod resume;
 pub mod serve;
 pub mod shared;
 pub mod store;

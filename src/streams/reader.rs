@@ -83,6 +83,9 @@ pub struct ColumnSpec {
 #[derive(Debug, Clone)]
 pub struct Event {
     pub id: u64,
+    /// The GTID domain of its transaction (with `id`'s seq_no: the transaction's GTID, less the
+    /// server id), which a group moved to another server needs that server to have.
+    pub domain: u32,
     /// Where its transaction starts (its GTID event): reading from here yields it again.
     pub tx_start: BinlogPosition,
     /// The commit's time (the GTID event's header timestamp, Unix seconds).
@@ -580,6 +583,7 @@ impl<'t> Reading<'t> {
                     }
                     open.events.push(Event {
                         id: event_id(seq_no, ordinal),
+                        domain: open.domain.unwrap_or(0),
                         tx_start: open.start.clone(),
                         timestamp: open.timestamp,
                         columns: columns.clone(),
@@ -663,6 +667,7 @@ impl<'t> Reading<'t> {
             .map(|(ordinal, row)| {
                 Arc::new(Event {
                     id: event_id(seq_no, ordinal as u64),
+                    domain: group.domain.unwrap_or(0),
                     tx_start: start.clone(),
                     timestamp: group.timestamp,
                     columns: row.columns,

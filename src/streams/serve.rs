@@ -85,7 +85,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                 };
             }
             Mode::Serving | Mode::Waiting(Some(_)) => break,
-            Mode::Starting | Mode::Waiting(None) => {}
+            Mode::Starting | Mode::Behind(_) | Mode::Waiting(None) => {}
         }
         tokio::select! {
             _ = &mut changed => {}
@@ -156,7 +156,7 @@ async fn run<S: AsyncRead + AsyncWrite + Unpin>(
                 let err = ErrorPacket::new(code, sqlstate, why);
                 return end_with(client, seq, &err.encode(true)).await;
             }
-            Mode::Serving | Mode::Starting | Mode::Waiting(_) => {}
+            Mode::Serving | Mode::Starting | Mode::Behind(_) | Mode::Waiting(_) => {}
         }
         if let Some(batch) = group.try_batch(spec.stream) {
             keepalive.reset();

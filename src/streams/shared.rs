@@ -13,12 +13,18 @@
 //! group can take over from a piece whose `from` is not after where it has read to: nothing
 //! between is missed, and events it already has are known by their ids. The pieces go through a
 //! broadcast channel; a group that lets it overflow is told so (`Lagged`) and reads alone.
+//!
+//! A shared reader reads the server in use when it started; at a backend switch it ends (its
+//! groups move to the new server themselves, `resume.rs`), and the next subscriber starts one on
+//! the new server.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mysql_async::{Conn, Opts};
+
+use crate::cluster::Backends;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -42,13 +48,13 @@ pub struct Piece {
 }
 
 type Key = (String, String);
-/// A running shared reader: its number (so a reader that ends removes only its own entry) and
-/// its channel.
-type Entry = (u64, broadcast::Sender<Arc<Piece>>);
+/// A running shared reader: its number (so a reader that ends removes only its own entry), its
+/// channel, and the switch count of the server it reads.
+type Entry = (u64, broadcast::Sender<Arc<Piece>>, u64);
 
 /// The shared readers of one proxy, one per table that has groups following it.
 pub struct SharedReaders {
-    opts: Opts,
+    backends: Arc<Backends>,
     shutdown: CancellationToken,
     /// Per table, the reader that runs.
     readers: Mutex<HashMap<Key, Entry>>,
@@ -56,9 +62,9 @@ pub struct SharedReaders {
 }
 
 impl SharedReaders {
-    pub fn new(opts: Opts, shutdown: CancellationToken) -> Arc<SharedReaders> {
+    pub fn new(backends: Arc<Backends>, shutdown: CancellationToken) -> Arc<SharedReaders> {
         Arc::new(SharedReaders {
-            opts,
+            backends,
             shutdown,
             readers: Mutex::new(HashMap::new()),
             next: std::sync::atomic::AtomicU64::new(1),
@@ -69,38 +75,49 @@ impl SharedReaders {
         self.readers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Follows the table's shared reader, starting one at the binlog's end if none runs. The
-    /// receiver sees the pieces read from now on.
+    /// Follows the table's shared reader, starting one at the binlog's end if none runs on the
+    /// server in use. The receiver sees the pieces read from now on. `None` when the server in
+    /// use is not that of switch `generation` (the caller's positions are another server's).
     pub fn subscribe(
         self: &Arc<Self>,
         schema: &str,
         table: &str,
-    ) -> broadcast::Receiver<Arc<Piece>> {
+        generation: u64,
+    ) -> Option<broadcast::Receiver<Arc<Piece>>> {
         let key = (schema.to_owned(), table.to_owned());
-        let mut readers = self.lock();
-        if let Some((_, tx)) = readers.get(&key) {
-            return tx.subscribe();
+        let mut switches = self.backends.subscribe();
+        let server = switches.borrow_and_update().clone();
+        if server.generation != generation {
+            return None;
         }
+        let mut readers = self.lock();
+        if let Some((_, tx, generation)) = readers.get(&key) {
+            if *generation == server.generation {
+                return Some(tx.subscribe());
+            }
+        }
+        // (A reader of the previous server still in the map ends at its next turn.)
         let (tx, rx) = broadcast::channel(CAPACITY);
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        readers.insert(key.clone(), (id, tx.clone()));
+        readers.insert(key.clone(), (id, tx.clone(), server.generation));
         drop(readers);
-        tokio::spawn(self.clone().run(key, id, tx));
-        rx
+        let opts: Opts = server.target.mysql_async_opts().into();
+        tokio::spawn(self.clone().run(key, id, tx, opts, switches));
+        Some(rx)
     }
 
     /// Removes the reader `id`'s entry if nobody follows it any more (`force`: in any case).
     /// Under the map's lock, which `subscribe` holds while it adds a follower.
     fn retire(&self, key: &Key, id: u64, force: bool) -> bool {
         let mut readers = self.lock();
-        let ours = readers.get(key).is_some_and(|(known, _)| *known == id);
+        let ours = readers.get(key).is_some_and(|(known, ..)| *known == id);
         if !ours {
             return true;
         }
         if force
             || readers
                 .get(key)
-                .is_some_and(|(_, tx)| tx.receiver_count() == 0)
+                .is_some_and(|(_, tx, _)| tx.receiver_count() == 0)
         {
             readers.remove(key);
             return true;
@@ -111,8 +128,15 @@ impl SharedReaders {
     /// The reader's task: from the binlog's end, every stretch read goes out as a piece, until
     /// nobody follows, the reader fails (its followers then read alone, and meet the failure
     /// themselves, in order), or the proxy stops.
-    async fn run(self: Arc<Self>, key: Key, id: u64, tx: broadcast::Sender<Arc<Piece>>) {
-        let start = match head(&self.opts).await {
+    async fn run(
+        self: Arc<Self>,
+        key: Key,
+        id: u64,
+        tx: broadcast::Sender<Arc<Piece>>,
+        opts: Opts,
+        mut switches: tokio::sync::watch::Receiver<crate::cluster::Current>,
+    ) {
+        let start = match head(&opts).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::debug!("shared stream reader for {}.{}: {e}", key.0, key.1);
@@ -123,7 +147,7 @@ impl SharedReaders {
         let stop = self.shutdown.child_token();
         let (reader_tx, mut pieces) = mpsc::channel::<ReaderMsg>(reader::QUEUE);
         let target = ReaderTarget {
-            opts: self.opts.clone(),
+            opts,
             schema: key.0.clone(),
             table: key.1.clone(),
         };
@@ -134,6 +158,8 @@ impl SharedReaders {
         loop {
             let (end, events) = tokio::select! {
                 _ = stop.cancelled() => break,
+                // Its followers read alone (the channel closes) and move themselves.
+                _ = switches.changed() => break,
                 _ = check.tick() => {
                     if self.retire(&key, id, false) {
                         break;

@@ -2,16 +2,21 @@
 //! (`--stream-groups-table`, created if missing). One row a group: its filter, its position
 //! (`floor`, the lowest event id not done), where to read the binlog again from, the acked ids
 //! above the floor, and the lease: which proxy serves the group and until when (the server's
-//! clock, so proxies' clocks need not agree).
+//! clock, so proxies' clocks need not agree). Where the file and offset belong, and the GTIDs to
+//! resume by on another server, are `resume_server`, `resume_gtid` and `done_gtid`
+//! (`resume.rs`); a table of the previous version gets them added at start.
 //!
 //! Every value goes in as a statement parameter: group names and filters are whatever clients
 //! wrote, and never become SQL.
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Pool, Row};
+use mysql_async::Row;
 
 use super::group::Progress;
+use super::resume::{Anchor, Done};
+use crate::binlog::gtid::GtidState;
 use crate::binlog::BinlogPosition;
+use crate::cluster::SharedPool;
 
 /// A lease lasts this long unless renewed (the serving proxy renews it at every save, and at
 /// least every [`RENEW_EVERY`]).
@@ -34,20 +39,23 @@ pub struct GroupRow {
     /// The canonical text of its filter (empty: none).
     pub filter: String,
     pub progress: Progress,
+    /// Which server the resume file and offset belong to, and the GTIDs to move by.
+    pub anchor: Anchor,
     /// The proxy holding the lease, if it is still valid.
     pub owner: Option<String>,
 }
 
 /// The store.
 pub struct Store {
-    pool: Pool,
+    /// The server in use's pool: the table is read and written where the groups are served.
+    pool: SharedPool,
     /// The table, quoted and qualified as needed.
     table: String,
 }
 
 impl Store {
     /// `name` is the flag's value: `table` (in the backend's default database) or `db.table`.
-    pub fn new(pool: Pool, name: &str) -> Store {
+    pub fn new(pool: SharedPool, name: &str) -> Store {
         let q = crate::messaging::table::quote_ident;
         let table = match name.split_once('.') {
             Some((db, t)) => format!("{}.{}", q(db), q(t)),
@@ -69,6 +77,9 @@ impl Store {
                resume_file VARCHAR(512) NOT NULL, \
                resume_pos BIGINT UNSIGNED NOT NULL, \
                acked MEDIUMTEXT NOT NULL, \
+               resume_server VARCHAR(255) NULL, \
+               resume_gtid TEXT NULL, \
+               done_gtid VARCHAR(64) NULL, \
                owner VARCHAR(255) NULL, \
                lease_until DATETIME(3) NULL, \
                created_at DATETIME(6) NOT NULL DEFAULT NOW(6), \
@@ -77,7 +88,24 @@ impl Store {
              ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='msgproxy event-stream groups (docs/STREAMS.md)'",
             self.table
         ))
-        .await
+        .await?;
+        // A table of the previous version lacks the columns that let a group move to another
+        // server. Added only when missing: an ALTER, even one with nothing to do, takes a
+        // metadata lock that waits for every open transaction on the table.
+        let has: Vec<Row> = conn
+            .query(format!("SHOW COLUMNS FROM {} LIKE 'done_gtid'", self.table))
+            .await?;
+        if has.is_empty() {
+            conn.query_drop(format!(
+                "ALTER TABLE {} \
+                   ADD COLUMN IF NOT EXISTS resume_server VARCHAR(255) NULL AFTER acked, \
+                   ADD COLUMN IF NOT EXISTS resume_gtid TEXT NULL AFTER resume_server, \
+                   ADD COLUMN IF NOT EXISTS done_gtid VARCHAR(64) NULL AFTER resume_gtid",
+                self.table
+            ))
+            .await?;
+        }
+        Ok(())
     }
 
     fn key_params(key: &GroupKey) -> (String, String, Vec<u8>) {
@@ -96,12 +124,7 @@ impl Store {
         let (s, t, g) = Self::key_params(key);
         let row: Option<Row> = conn
             .exec_first(
-                format!(
-                    "SELECT table_schema, table_name, group_name, filter, floor, resume_file, resume_pos, acked, \
-                     IF(lease_until > NOW(3), owner, NULL) FROM {} WHERE {}",
-                    self.table,
-                    Self::PK
-                ),
+                format!("SELECT {COLUMNS} FROM {} WHERE {}", self.table, Self::PK),
                 (s, t, g),
             )
             .await?;
@@ -113,8 +136,7 @@ impl Store {
         let mut conn = self.pool.get_conn().await?;
         let rows: Vec<Row> = conn
             .query(format!(
-                "SELECT table_schema, table_name, group_name, filter, floor, resume_file, resume_pos, acked, \
-                 IF(lease_until > NOW(3), owner, NULL) FROM {} ORDER BY table_schema, table_name, group_name",
+                "SELECT {COLUMNS} FROM {} ORDER BY table_schema, table_name, group_name",
                 self.table
             ))
             .await?;
@@ -127,14 +149,15 @@ impl Store {
         key: &GroupKey,
         filter: &str,
         progress: &Progress,
+        server: &str,
     ) -> Result<Option<GroupRow>, mysql_async::Error> {
         {
             let mut conn = self.pool.get_conn().await?;
             let (s, t, g) = Self::key_params(key);
             conn.exec_drop(
                 format!(
-                    "INSERT IGNORE INTO {} (table_schema, table_name, group_name, filter, floor, resume_file, resume_pos, acked) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT IGNORE INTO {} (table_schema, table_name, group_name, filter, floor, resume_file, resume_pos, acked, resume_server) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     self.table
                 ),
                 (
@@ -146,6 +169,7 @@ impl Store {
                     progress.resume.file.clone(),
                     progress.resume.pos,
                     acked_text(&progress.acked),
+                    server,
                 ),
             )
             .await?;
@@ -175,12 +199,14 @@ impl Store {
         key: &GroupKey,
         me: &str,
         progress: &Progress,
+        anchor: &Anchor,
     ) -> Result<bool, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         let (s, t, g) = Self::key_params(key);
         conn.exec_drop(
             format!(
                 "UPDATE {} SET floor = ?, resume_file = ?, resume_pos = ?, acked = ?, \
+                 resume_server = ?, resume_gtid = ?, done_gtid = ?, \
                  lease_until = NOW(3) + INTERVAL {LEASE_SECONDS} SECOND, updated_at = NOW(6) \
                  WHERE {} AND owner = ?",
                 self.table,
@@ -191,6 +217,9 @@ impl Store {
                 progress.resume.file.clone(),
                 progress.resume.pos,
                 acked_text(&progress.acked),
+                anchor.server.clone(),
+                anchor.gtid.as_ref().map(GtidState::to_string),
+                anchor.done.map(|d| d.to_string()),
                 s,
                 t,
                 g,
@@ -206,12 +235,14 @@ impl Store {
         &self,
         key: &GroupKey,
         progress: &Progress,
+        server: &str,
     ) -> Result<bool, mysql_async::Error> {
         let mut conn = self.pool.get_conn().await?;
         let (s, t, g) = Self::key_params(key);
         conn.exec_drop(
             format!(
-                "UPDATE {} SET floor = ?, resume_file = ?, resume_pos = ?, acked = ?, updated_at = NOW(6) WHERE {}",
+                "UPDATE {} SET floor = ?, resume_file = ?, resume_pos = ?, acked = ?, \
+                 resume_server = ?, resume_gtid = NULL, done_gtid = NULL, updated_at = NOW(6) WHERE {}",
                 self.table,
                 Self::PK
             ),
@@ -220,6 +251,7 @@ impl Store {
                 progress.resume.file.clone(),
                 progress.resume.pos,
                 acked_text(&progress.acked),
+                server,
                 s,
                 t,
                 g,
@@ -257,6 +289,11 @@ impl Store {
     }
 }
 
+/// The columns [`group_row`] reads, in its order.
+const COLUMNS: &str =
+    "table_schema, table_name, group_name, filter, floor, resume_file, resume_pos, acked, \
+     IF(lease_until > NOW(3), owner, NULL), resume_server, resume_gtid, done_gtid";
+
 fn group_row(mut row: Row) -> Option<GroupRow> {
     let schema: String = row.take(0)?;
     let table: String = row.take(1)?;
@@ -267,6 +304,9 @@ fn group_row(mut row: Row) -> Option<GroupRow> {
     let pos: u64 = row.take(6)?;
     let acked: String = row.take(7)?;
     let owner: Option<String> = row.take(8)?;
+    let server: Option<String> = row.take(9)?;
+    let gtid: Option<String> = row.take(10)?;
+    let done: Option<String> = row.take(11)?;
     Some(GroupRow {
         key: GroupKey {
             schema,
@@ -278,6 +318,14 @@ fn group_row(mut row: Row) -> Option<GroupRow> {
             floor,
             resume: BinlogPosition { file, pos },
             acked: parse_acked(&acked),
+        },
+        // Unreadable GTIDs count as none: the group then resumes only on its own server.
+        anchor: Anchor {
+            server: server.filter(|s| !s.is_empty()),
+            gtid: gtid
+                .and_then(|g| GtidState::parse(&g))
+                .filter(|g| !g.is_empty()),
+            done: done.and_then(|d| Done::parse(&d)),
         },
         owner,
     })
