@@ -74,6 +74,12 @@ impl ServerDir {
     /// Creates `data/` with mariadb-install-db (root without a password, no test database),
     /// replacing whatever an interrupted earlier attempt left.
     pub fn initialise(&self, programs: &Programs) -> Result<(), Error> {
+        self.initialise_with(programs, &[])
+    }
+
+    /// Like [`ServerDir::initialise`], with more options for the installer after the common
+    /// InnoDB ones (a bench's own redo log size, so that the first start does not resize it).
+    pub fn initialise_with(&self, programs: &Programs, extra_args: &[String]) -> Result<(), Error> {
         let data = self.data();
         match fs::remove_dir_all(&data) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
@@ -95,6 +101,7 @@ impl ServerDir {
             .arg("--auth-root-authentication-method=normal")
             .arg("--skip-test-db")
             .args(options::for_install())
+            .args(extra_args)
             .args(options::user())
             .stdin(Stdio::null())
             .stdout(log)
