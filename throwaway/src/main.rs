@@ -118,7 +118,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(Err(message)) => {
-            eprintln!("error: {message}\n\n{}", usage());
+            eprintln!("error: {message} (see {} --help)", own_name());
             return ExitCode::from(2);
         }
     };
