@@ -88,6 +88,8 @@ impl ServerDir {
             _ => {}
         }
         fs::create_dir_all(&data).map_err(|e| Error::io("cannot create", &data, e))?;
+        let tmp = self.tmp();
+        fs::create_dir_all(&tmp).map_err(|e| Error::io("cannot create", &tmp, e))?;
         let log_path = self.install_log();
         let log =
             fs::File::create(&log_path).map_err(|e| Error::io("cannot create", &log_path, e))?;
@@ -98,6 +100,9 @@ impl ServerDir {
         cmd.arg("--no-defaults")
             .args(programs.basedir_option())
             .arg(format!("--datadir={}", data.display()))
+            // Its bootstrap server's temporary tables in a temp dir of its own, as the server's:
+            // installs running side by side in /tmp have failed on each other's files.
+            .arg(format!("--tmpdir={}", tmp.display()))
             .arg("--auth-root-authentication-method=normal")
             .arg("--skip-test-db")
             .args(options::for_install())
