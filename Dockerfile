@@ -12,7 +12,7 @@
 # ---- build stage ----
 FROM rust:1-bookworm AS builder
 WORKDIR /src
-# The whole context (see .dockerignore): the workspace names tools/ and test files, which cargo
+# The whole context (see .dockerignore): the workspace names tools/, throwaway/ and test files, which cargo
 # wants to see even when it only builds the binary.
 COPY . .
 RUN cargo build --release --locked -p msgproxy --bin msgproxy

@@ -161,16 +161,22 @@ init_node() {
     [ "$run_user" = "$(whoami)" ] || chown -R "$run_user" "$d"
 }
 
-# The options every server gets; node I's own follow in galera_args / replica_args.
+# The option list every throwaway server gets (loopback only, row binlog with column names, BLACKHOLE, small
+# InnoDB files): the same file the Rust harness (throwaway/, behind the tests, the bench and
+# mariadb-throwaway.sh) compiles in, so that there is one list.
+COMMON_OPTIONS_FILE="$MSGPROXY_REPO/throwaway/mariadbd-common.opts"
+[ -r "$COMMON_OPTIONS_FILE" ] || msgproxy_die "cannot read $COMMON_OPTIONS_FILE"
+
+# The options every node gets; node I's own follow in galera_args / replica_args (later ones win).
 common_args() {
     local d
     d=$(node_dir "$1")
     printf '%s\n' --no-defaults --user="$run_user" --datadir="$d/data" --socket="$d/mariadbd.sock" \
-        --pid-file="$d/mariadbd.pid" --log-error="$d/mariadbd.err" --port="$(node_port "$1")" \
-        --bind-address=127.0.0.1 --log-bin=mysql-bin --log-slave-updates=ON --binlog-format=ROW \
-        --binlog-row-image=FULL --binlog-row-metadata=FULL --plugin-load-add=ha_blackhole \
-        --innodb-buffer-pool-size=64M --innodb-log-file-size=48M --max-allowed-packet=64M \
-        --innodb-flush-log-at-trx-commit=2 --skip-name-resolve
+        --pid-file="$d/mariadbd.pid" --log-error="$d/mariadbd.err" --port="$(node_port "$1")"
+    # One option a line; comment and blank lines skipped.
+    grep -Ev '^[[:space:]]*(#|$)' "$COMMON_OPTIONS_FILE" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//'
+    # A node's binlog has the changes it applied from the others too: msgproxy may follow any node.
+    printf '%s\n' --log-slave-updates=ON
 }
 
 galera_args() {

@@ -5,7 +5,8 @@
 #
 # Without a backend (no --backend flag, no MSGPROXY_BACKEND, no `backend` in the --config file) it first starts
 # a throwaway MariaDB with row-based binlog (scripts/mariadb-throwaway.sh: data in .msgproxy/mariadb,
-# port 13306, installed with apt-get when missing) and points the proxy at it. The MariaDB keeps running after
+# port 13306, installed with apt-get when missing; on a fresh clone it first builds its small helper,
+# msgproxy-throwaway, and says so) and points the proxy at it. The MariaDB keeps running after
 # the proxy stops, so the next run starts at once; stop it with `scripts/mariadb-throwaway.sh stop`.
 # Connect with e.g. `mariadb -h127.0.0.1 -P3307 -uroot test`.
 set -euo pipefail

@@ -133,6 +133,7 @@ async fn server_restarts_lose_nothing() {
     .await;
     eprintln!("restart 2 (crash) after {} messages", counts.len());
     server.kill();
+    // The scenario: the server away (killed) for a moment, as after a crash.
     tokio::time::sleep(Duration::from_millis(500)).await;
     server.restart();
     while !writer.is_finished() {

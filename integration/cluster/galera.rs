@@ -38,6 +38,7 @@ impl Consumer {
                 }
                 Err(e) if Instant::now() < deadline => {
                     let _ = e;
+                    // Retry pace until the deadline above, not a wait for something.
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 Err(e) => panic!("no stream through {}: {e:?}\n{}", proxy.port(), proxy.log()),
@@ -71,6 +72,7 @@ async fn produce(conn: &mut Conn, ids: std::ops::RangeInclusive<i64>) {
         while let Err(e) = exec(conn, &sql).await {
             tries += 1;
             assert!(tries < 50, "{sql}: {e:?}");
+            // Retry pace while the cluster reconfigures (50 tries), not a wait for something.
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

@@ -71,6 +71,7 @@ async fn failover_to_a_promoted_replica() {
             }
             Err(e) => last_error = format!("{e:?}"),
         }
+        // Retry pace until the 15 s above, not a wait for something.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut stream = stream.unwrap_or_else(|| {

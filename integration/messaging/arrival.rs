@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::harness::{ack, assert_each_once, comment, exec, ids, now_ns, secs, Env, Stream, SEC};
-use crate::support::{polls, wait_for_log, wait_for_polls, Proxy, LOG_POLLS};
+use crate::support::{eventually, polls, wait_for_log, wait_for_polls, Proxy, LOG_POLLS};
 
 fn plain_table(name: &str, comment: &str) -> String {
     format!(
@@ -476,29 +476,29 @@ async fn a_poll_at_a_commit_is_repeated_shortly_after() {
         &[("MSGPROXY_LOG", "info,msgproxy::messaging::manager=debug")],
     );
     wait_for_log(&proxy, "`dated` loaded", 10).await;
-    let polls = |log: &str| {
-        log.lines()
-            .filter(|l| l.contains("polled") && l.contains("`dated`"))
-            .count()
-    };
+    let table = format!("`{}`.`dated`", env.db);
+    let loaded = polls(&proxy, &table);
     let mut stream = Stream::open(proxy.port(), &env.db, "STREAM * FROM dated")
         .await
         .unwrap_or_else(|e| panic!("STREAM: {e:?}\n{}", proxy.log()));
-    tokio::time::sleep(secs(1.0)).await;
-    let before = polls(&proxy.log());
+    // The stream's own poll (made as it subscribes) is over: it is not counted below. (The
+    // table is empty, so nothing asks for another until the commit.)
+    wait_for_polls(&proxy, &table, loaded).await;
+    let before = polls(&proxy, &table);
     // Due in a minute: no claim follows (its own binlog event would be polled for too).
     let later = now_ns() + 60 * SEC;
     env.direct(&format!(
         "insert into dated(id, time_next, message) values ('2026-12-01', {later}, 'm')"
     ))
     .await;
-    tokio::time::sleep(secs(0.6)).await;
-    let after = polls(&proxy.log());
+    // The poll at the commit and the one 100 ms later; without the second, the next poll is
+    // the timer's, 30 s away, after this wait has failed.
+    let repolled = eventually(10, async || polls(&proxy, &table) >= before + 2).await;
     assert!(
-        after - before >= 2,
-        "polled {} times after the commit, expected the poll at the commit and the one 100 ms \
-         later:\n{}",
-        after - before,
+        repolled,
+        "polled {} times in 10 s after the commit, expected the poll at the commit and the one \
+         100 ms later:\n{}",
+        polls(&proxy, &table) - before,
         proxy.log()
     );
     stream.expect_quiet(secs(0.1), "nothing is due").await;

@@ -1,15 +1,19 @@
-//! A throwaway MariaDB server: its own data dir, port, socket and row-based binlog.
+//! A throwaway MariaDB server: its own data dir, port, socket and row-based binlog, started with
+//! the option list every throwaway server shares (msgproxy-throwaway, throwaway/).
 //!
 //! `mariadb-install-db` takes about a second, so it runs once into a template data dir under the
 //! cargo target dir (guarded by a file lock and an atomic rename, so parallel test processes do not
 //! race) and every server starts from a copy of it.
 
 use std::fs;
-use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use msgproxy_throwaway::launch::{self, NotUp};
+use msgproxy_throwaway::programs::Program;
+use msgproxy_throwaway::{Programs, ServerDir};
 
 use super::process;
 
@@ -18,66 +22,40 @@ fn work_root() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
 
-const INSTALL_HINT: &str =
-    "install MariaDB with `apt-get install mariadb-server` (Debian/Ubuntu), \
-     or run the suite through scripts/test.sh";
+const INSTALL_HINT: &str = "or run the suite through scripts/test.sh, which installs it";
 
-/// Finds a MariaDB program: `$env_var`, then PATH, then the usual sbin/bin directories.
-fn find_program(names: &[&str], env_var: &str) -> PathBuf {
-    if let Some(path) = std::env::var_os(env_var) {
-        return PathBuf::from(path);
-    }
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    for extra in [
-        "/usr/sbin",
-        "/usr/bin",
-        "/usr/local/sbin",
-        "/usr/local/bin",
-        "/usr/local/mysql/bin",
-        "/opt/homebrew/bin",
-    ] {
-        dirs.push(PathBuf::from(extra));
-    }
-    for name in names {
-        for dir in &dirs {
-            let candidate = dir.join(name);
-            if candidate.is_file() {
-                return candidate;
-            }
-        }
-    }
-    panic!(
-        "none of {names:?} found in PATH, /usr/sbin, /usr/local/...: the integration tests need a real \
-         MariaDB server; {INSTALL_HINT} (or set {env_var})"
-    );
+/// The MariaDB programs; panics with what to install when one is missing (the suite needs a real
+/// server, and does not install one itself).
+fn programs() -> &'static Programs {
+    static PROGRAMS: OnceLock<Programs> = OnceLock::new();
+    PROGRAMS.get_or_init(|| {
+        Programs::find().unwrap_or_else(|e| {
+            panic!("the integration tests need a real MariaDB server: {e} ({INSTALL_HINT})")
+        })
+    })
+}
+
+fn require(program: Program) -> PathBuf {
+    program.require().unwrap_or_else(|e| {
+        panic!("the integration tests need a real MariaDB server: {e} ({INSTALL_HINT})")
+    })
 }
 
 pub fn mariadbd_path() -> PathBuf {
-    find_program(&["mariadbd", "mysqld"], "MARIADBD")
+    require(Program::Server)
 }
 
 pub fn install_db_path() -> PathBuf {
-    find_program(
-        &["mariadb-install-db", "mysql_install_db"],
-        "MARIADB_INSTALL_DB",
-    )
+    require(Program::InstallDb)
 }
 
 pub fn client_path() -> PathBuf {
-    find_program(&["mariadb", "mysql"], "MARIADB_CLIENT")
+    require(Program::Client)
 }
 
 pub fn admin_path() -> PathBuf {
-    find_program(&["mariadb-admin", "mysqladmin"], "MARIADB_ADMIN")
+    require(Program::Admin)
 }
-
-/// Options shared by `mariadb-install-db` and `mariadbd` that shape the InnoDB files.
-const INNODB_OPTS: &[&str] = &[
-    "--innodb-buffer-pool-size=64M",
-    "--innodb-log-file-size=16M",
-];
 
 /// Returns the template data dir, creating it once per `mariadbd` version.
 pub fn template_datadir() -> PathBuf {
@@ -88,72 +66,46 @@ pub fn template_datadir() -> PathBuf {
 fn build_template() -> PathBuf {
     let root = work_root();
     fs::create_dir_all(&root).expect("create CARGO_TARGET_TMPDIR");
-    let mariadbd = mariadbd_path();
-    let version = Command::new(&mariadbd)
+    let programs = programs();
+    let version = std::process::Command::new(&programs.mariadbd)
         .arg("--version")
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", mariadbd.display()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {}: {e} ({INSTALL_HINT})",
+                programs.mariadbd.display()
+            )
+        });
+    // The option list is part of the stamp: a changed list (e.g. the redo log's size) makes a new
+    // template.
+    let stamp_text = format!(
+        "{version}\n{}",
+        msgproxy_throwaway::options::for_install().join(" ")
+    );
     let template = root.join("mariadb-template");
     let stamp = template.join(".msgproxy-template-version");
 
     let lock = fs::File::create(root.join("mariadb-template.lock")).expect("create template lock");
     lock.lock().expect("lock the template dir");
-    if fs::read_to_string(&stamp).ok().as_deref() == Some(version.as_str()) {
+    if fs::read_to_string(&stamp).ok().as_deref() == Some(stamp_text.as_str()) {
         return template;
     }
     let _ = fs::remove_dir_all(&template);
-    let staging = root.join(format!("mariadb-template.tmp-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&staging);
-    fs::create_dir_all(&staging).expect("create template staging dir");
-    let log = staging.join("install.log");
-    let mut cmd = Command::new(install_db_path());
-    cmd.arg("--no-defaults")
-        .arg(format!("--datadir={}", staging.join("data").display()))
-        .arg("--auth-root-authentication-method=normal")
-        .arg("--skip-test-db")
-        .args(INNODB_OPTS)
-        .stdin(Stdio::null())
-        .stdout(fs::File::create(&log).expect("install log"))
-        .stderr(fs::File::create(staging.join("install.err")).expect("install err"));
-    if is_root() {
-        cmd.arg("--user=root");
-    }
-    let status = cmd.status().expect("run mariadb-install-db");
-    if !status.success() {
-        panic!(
-            "mariadb-install-db failed ({status}):\n{}\n{}",
-            process::tail(&log, 4000),
-            process::tail(&staging.join("install.err"), 4000)
-        );
-    }
+    let staging = ServerDir::new(root.join(format!("mariadb-template.tmp-{}", std::process::id())));
+    let _ = fs::remove_dir_all(staging.root());
+    fs::create_dir_all(staging.root()).expect("create template staging dir");
+    staging
+        .initialise(programs)
+        .unwrap_or_else(|e| panic!("{e}"));
     fs::write(
-        staging.join("data").join(".msgproxy-template-version"),
-        &version,
+        staging.data().join(".msgproxy-template-version"),
+        &stamp_text,
     )
     .expect("write template stamp");
-    fs::rename(staging.join("data"), &template).expect("move the template into place");
-    let _ = fs::remove_dir_all(&staging);
+    fs::rename(staging.data(), &template).expect("move the template into place");
+    let _ = fs::remove_dir_all(staging.root());
     template
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn copy_dir(from: &Path, to: &Path) -> io::Result<()> {
-    fs::create_dir_all(to)?;
-    for entry in fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            fs::copy(entry.path(), target)?;
-        }
-    }
-    Ok(())
 }
 
 /// Removes run dirs left behind by earlier test processes that are gone (the shared server lives in
@@ -237,7 +189,9 @@ impl MariaDb {
             .tempdir_in(&runs)
             .expect("create a server dir");
         let dir = tempdir.path().to_path_buf();
-        copy_dir(&template, &dir.join("data")).expect("copy the template data dir");
+        ServerDir::new(&dir)
+            .copy_data_from(&template)
+            .unwrap_or_else(|e| panic!("{e}"));
         let db = MariaDb {
             port,
             dir,
@@ -265,7 +219,7 @@ impl MariaDb {
 
     /// The server's Unix socket.
     pub fn socket_path(&self) -> PathBuf {
-        self.dir.join("mariadbd.sock")
+        self.server_dir().socket()
     }
 
     /// `mysql://root@localhost/DB?socket=PATH` — the proxy reaches the server over its socket.
@@ -278,15 +232,19 @@ impl MariaDb {
 
     /// The server's data directory (binlog files live here).
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.join("data")
+        self.server_dir().data()
     }
 
     pub fn error_log_path(&self) -> PathBuf {
-        self.dir.join("mariadbd.err")
+        self.server_dir().error_log()
     }
 
     pub fn error_log(&self) -> String {
         process::tail(&self.error_log_path(), 8000)
+    }
+
+    fn server_dir(&self) -> ServerDir {
+        ServerDir::new(&self.dir)
     }
 
     fn try_launch(&self) -> Result<(), String> {
@@ -296,64 +254,36 @@ impl MariaDb {
                 return Ok(());
             }
         }
-        fs::create_dir_all(self.dir.join("tmp")).map_err(|e| format!("create tmpdir: {e}"))?;
-        let mut cmd = Command::new(mariadbd_path());
-        cmd.arg("--no-defaults")
-            .arg(format!("--datadir={}", self.dir.join("data").display()))
-            .arg(format!("--port={}", self.port))
-            .arg(format!("--socket={}", self.socket_path().display()))
-            .arg(format!(
-                "--pid-file={}",
-                self.dir.join("mariadbd.pid").display()
-            ))
-            .arg(format!("--log-error={}", self.error_log_path().display()))
-            // Own temp dir: servers sharing /tmp have been seen failing on each other's files.
-            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
-            .args([
-                "--bind-address=127.0.0.1",
-                "--log-bin=mysql-bin",
-                "--binlog-format=ROW",
-                "--binlog-row-image=FULL",
-                // Column names in the binlog's table maps: the proxy's binlog watcher needs them.
-                "--binlog-row-metadata=FULL",
-                "--server-id=1",
-                "--max-allowed-packet=64M",
-                "--local-infile=1",
-                // Throwaway data: no fsync per commit (still survives a SIGKILL of the server).
-                "--innodb-flush-log-at-trx-commit=2",
-                "--sync-binlog=0",
-            ])
-            .args(INNODB_OPTS)
+        let server_dir = self.server_dir();
+        fs::create_dir_all(server_dir.tmp()).map_err(|e| format!("create tmpdir: {e}"))?;
+        let mut cmd = launch::server_command(programs(), &server_dir, self.port);
+        cmd.arg(format!("--log-error={}", self.error_log_path().display()))
             .args(&self.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if is_root() {
-            cmd.arg("--user=root");
-        }
+        // The suite's own spawner thread, not the library's spawn_owned: the server must outlive
+        // the test thread that happens to start it (see support/process.rs).
         let mut child = process::spawn_owned(cmd, libc::SIGTERM)
-            .map_err(|e| format!("cannot start mariadbd: {e}; {INSTALL_HINT}"))?;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
+            .map_err(|e| format!("cannot start mariadbd: {e} ({INSTALL_HINT})"))?;
+        let limit = Duration::from_secs(30);
+        match launch::wait_until_accepting(self.port, limit, launch::child_exited(&mut child)) {
+            Ok(()) => {}
+            Err(NotUp::Exited(status)) => {
                 return Err(format!(
                     "mariadbd exited ({status}) before accepting connections on port {}:\n{}",
                     self.port,
                     self.error_log()
-                ));
+                ))
             }
-            if process::mysql_greets(self.port) {
-                break;
-            }
-            if Instant::now() > deadline {
+            Err(NotUp::TimedOut) => {
                 process::kill_hard(&mut child);
                 return Err(format!(
-                    "mariadbd did not accept connections on port {} within 30 s:\n{}",
+                    "mariadbd did not accept connections on port {} within {limit:?}:\n{}",
                     self.port,
                     self.error_log()
                 ));
             }
-            std::thread::sleep(Duration::from_millis(25));
         }
         *guard = Some(child);
         Ok(())

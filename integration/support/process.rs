@@ -6,7 +6,7 @@
 //! first test finished. One thread that never exits means: the children die exactly when the test
 //! process dies, even when it is killed or a static (the shared server) is never dropped.
 
-use std::io::{self, Read};
+use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command};
 use std::sync::mpsc;
@@ -63,17 +63,6 @@ pub fn free_port() -> u16 {
 pub fn port_accepts(port: u16) -> bool {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
-}
-
-/// Whether a MySQL server on `port` sends a protocol-10 greeting (not an "initialising" error).
-pub fn mysql_greets(port: u16) -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut head = [0u8; 5];
-    stream.read_exact(&mut head).is_ok() && head[4] == 10
 }
 
 /// Sends SIGTERM, waits up to `grace`, then SIGKILLs. Reaps the child either way.

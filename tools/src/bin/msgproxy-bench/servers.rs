@@ -1,15 +1,18 @@
 //! The processes under test: a throwaway MariaDB (or a server the user names) and msgproxy.
+//! The server is msgproxy-throwaway's (throwaway/: its programs, data dir and option list, the
+//! ones the integration tests and the scripts use), with the bench's settings on top.
 //!
 //! Both are children that die with the bench (`PR_SET_PDEATHSIG`, set in `pre_exec`), so an
 //! interrupted run leaves no server behind; their files live in one work dir that is deleted at
 //! the end, and work dirs of earlier runs that were killed are removed at the next start.
 
 use std::fs;
-use std::io::Read;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use msgproxy_throwaway::{launch, Programs, ServerDir};
 
 use crate::wire::Target;
 
@@ -308,24 +311,13 @@ fn set_own_affinity(mask: &[u64; 16]) -> std::io::Result<()> {
 /// Spawns `cmd` (stdout and stderr to `log`) so that it gets SIGKILL when the spawning thread
 /// exits; the bench spawns only from its main thread, which lives as long as the bench.
 pub fn spawn_owned(mut cmd: Command, log: PathBuf) -> Result<Owned, String> {
-    use std::os::unix::process::CommandExt;
     let out = fs::File::create(&log).map_err(|e| format!("create {}: {e}", log.display()))?;
     let err = out
         .try_clone()
         .map_err(|e| format!("dup {}: {e}", log.display()))?;
     cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
     let program = cmd.get_program().to_string_lossy().into_owned();
-    let child = cmd
-        .spawn()
+    let child = launch::spawn_owned(cmd, libc::SIGKILL)
         .map_err(|e| format!("cannot start {program}: {e}"))?;
     Ok(Owned { child, log })
 }
@@ -335,17 +327,6 @@ pub fn free_port() -> Result<u16, String> {
     l.local_addr()
         .map(|a| a.port())
         .map_err(|e| format!("local_addr: {e}"))
-}
-
-/// Whether a MySQL server (or the proxy) on `port` sends a protocol-10 greeting.
-fn mysql_greets(port: u16) -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut head = [0u8; 5];
-    s.read_exact(&mut head).is_ok() && head[4] == 10
 }
 
 pub fn wait_for_greeting(
@@ -362,7 +343,7 @@ pub fn wait_for_greeting(
                 owned.log_tail()
             ));
         }
-        if mysql_greets(port) {
+        if launch::mysql_greets(port) {
             return Ok(());
         }
         if Instant::now() > deadline {
@@ -375,7 +356,8 @@ pub fn wait_for_greeting(
     }
 }
 
-/// Finds a program in PATH or the usual sbin/bin directories.
+/// Finds a program in PATH or the usual sbin/bin directories (haproxy; the MariaDB programs are
+/// msgproxy-throwaway's to find).
 pub fn find_program(names: &[&str]) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
@@ -444,94 +426,43 @@ fn innodb_args(settings: &ServerSettings) -> [String; 2] {
     ]
 }
 
+/// The MariaDB programs (the bench does not install them: it says how).
+fn programs() -> Result<Programs, String> {
+    Programs::find().map_err(|e| format!("{e}; or pass --backend"))
+}
+
 /// Creates the throwaway server's data dir (`<work>/data`).
 pub fn install_mariadb(work: &Path, settings: &ServerSettings) -> Result<(), String> {
-    let install = find_program(&["mariadb-install-db", "mysql_install_db"])
-        .ok_or("mariadb-install-db not found: install mariadb-server")?;
-    let datadir = work.join("data");
-    let mut cmd = Command::new(&install);
-    cmd.arg("--no-defaults")
-        .arg(format!("--datadir={}", datadir.display()))
-        .arg("--auth-root-authentication-method=normal")
-        .arg("--skip-test-db")
-        .args(innodb_args(settings));
-    if is_root() {
-        cmd.arg("--user=root");
-    }
-    let mut installer = spawn_owned(cmd, work.join("install.log"))?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while installer.alive() {
-        if Instant::now() > deadline {
-            return Err("mariadb-install-db took more than 120 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if !datadir.join("mysql").is_dir() {
-        return Err(format!(
-            "mariadb-install-db failed:\n{}",
-            installer.log_tail()
-        ));
-    }
-    Ok(())
+    ServerDir::new(work)
+        .initialise_with(&programs()?, &innodb_args(settings))
+        .map_err(|e| e.to_string())
 }
 
 /// Starts mariadbd on the installed data dir and `port` (logging to `<work>/<log>`) and waits
 /// until it accepts connections. Also how msgproxy-check restarts the server on the same port.
+/// The options are the harness's common list (msgproxy-throwaway), then the bench's settings.
 pub fn launch_mariadb(
     work: &Path,
     settings: &ServerSettings,
     port: u16,
     log: &str,
 ) -> Result<Owned, String> {
-    let mariadbd = find_program(&["mariadbd", "mysqld"])
-        .ok_or("mariadbd not found: install mariadb-server (apt-get install mariadb-server) or pass --backend")?;
-    let mut cmd = Command::new(&mariadbd);
-    cmd.arg("--no-defaults")
-        .arg(format!("--datadir={}", work.join("data").display()))
-        .arg(format!("--port={port}"))
-        .arg(format!("--socket={}", work.join("mariadbd.sock").display()))
-        .arg(format!(
-            "--pid-file={}",
-            work.join("mariadbd.pid").display()
-        ))
-        .arg(format!("--tmpdir={}", work.display()))
-        .args([
-            "--bind-address=127.0.0.1",
-            "--log-bin=mysql-bin",
-            "--binlog-format=ROW",
-            "--binlog-row-image=FULL",
-            // Column names in the binlog's table maps: msgproxy's binlog watcher needs them.
-            "--binlog-row-metadata=FULL",
-            "--server-id=1",
-            "--max-connections=1000",
-            "--max-allowed-packet=64M",
-            "--skip-name-resolve",
-        ])
-        .arg(format!(
-            "--innodb-flush-log-at-trx-commit={}",
-            settings.flush_log_at_trx_commit
-        ))
-        .arg(format!("--sync-binlog={}", settings.sync_binlog))
-        .args(innodb_args(settings))
-        .args(&settings.extra_args);
-    if is_root() {
-        cmd.arg("--user=root");
-    }
+    let dir = ServerDir::new(work);
+    fs::create_dir_all(dir.tmp()).map_err(|e| format!("create {}: {e}", dir.tmp().display()))?;
+    let mut cmd = launch::server_command(&programs()?, &dir, port);
+    cmd.arg(format!(
+        "--innodb-flush-log-at-trx-commit={}",
+        settings.flush_log_at_trx_commit
+    ))
+    .arg(format!("--sync-binlog={}", settings.sync_binlog))
+    .args(innodb_args(settings))
+    .args(&settings.extra_args);
     if let Some(cpus) = &settings.cpus {
         cpus.pin_command(&mut cmd);
     }
     let mut process = spawn_owned(cmd, work.join(log))?;
     wait_for_greeting(&mut process, port, "mariadbd", Duration::from_secs(60))?;
     Ok(process)
-}
-
-pub fn is_root() -> bool {
-    std::env::var("USER").is_ok_and(|u| u == "root")
-        || fs::read_to_string("/proc/self/status").is_ok_and(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .is_some_and(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
 }
 
 /// The msgproxy binary to measure: `--proxy-bin`, else the `msgproxy` next to this binary
