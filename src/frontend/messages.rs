@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::warn;
 
-use super::session::{CurrentDb, Session, SessionEnd};
+use super::session::{Session, SessionEnd};
 use crate::backend::QueryOutcome;
 use crate::messaging::engine::{Engine, Lookup};
 use crate::messaging::manager::TableManager;
@@ -252,7 +252,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             StreamEnd::Refused | StreamEnd::Interrupted | StreamEnd::Failed => Ok(()),
             StreamEnd::Closed => {
                 // Mid-stream: whatever the stream's connection was doing is not known to be over.
-                self.uncertain = true;
+                self.tracker.mark_unresettable();
                 Err(SessionEnd::Quit)
             }
             StreamEnd::BackendLost(e, seq) => {
@@ -267,12 +267,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// answer to `SELECT DATABASE()` on the session's own connection (kept until something may
     /// change it again).
     pub(super) async fn current_database(&mut self) -> Result<Asked, SessionEnd> {
-        if let CurrentDb::Known(db) = &self.current_db {
-            return Ok(Asked::Value(db.clone()));
+        if let Some(db) = self.tracker.current_db().known() {
+            return Ok(Asked::Value(db.map(str::to_string)));
         }
         let asked = self.ask_server("DATABASE()").await?;
         if let Asked::Value(db) = &asked {
-            self.current_db = CurrentDb::Known(db.clone());
+            self.tracker.learned_db(db.clone());
         }
         Ok(asked)
     }
@@ -451,40 +451,27 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 self.note_written(written);
             }
             // Several statements in one query (`SET @a = 1; INSERT ...`): any of them may write.
-            _ if polling
-                && self.multi_statements
-                && crate::sql::current_db::may_hold_several(sql) =>
-            {
+            _ if polling && self.tracker.may_be_several(sql) => {
                 let written = engine.tables_mentioned(sql);
                 self.note_written(written);
             }
             Keyword::Other if polling && !self.relay.failed => {
                 let verb = first_word(sql, classification.keyword_offset);
                 if verb.eq_ignore_ascii_case(b"prepare") {
-                    for m in engine.tables_mentioned(sql) {
-                        if !self
-                            .prepared_writes
-                            .by_sql
-                            .iter()
-                            .any(|p| Arc::ptr_eq(p, &m))
-                        {
-                            self.prepared_writes.by_sql.push(m);
-                        }
-                    }
+                    self.tracker
+                        .prepared_sql_writes(engine.tables_mentioned(sql));
                 } else if verb.eq_ignore_ascii_case(b"execute") {
                     // `EXECUTE IMMEDIATE 'INSERT ...'` names its tables; `EXECUTE s` may run any
                     // statement this session prepared.
                     let mut written = engine.tables_mentioned(sql);
-                    written.extend(self.prepared_writes.by_sql.iter().cloned());
+                    written.extend(self.tracker.sql_prepared_writes().iter().cloned());
                     self.note_written(written);
                 }
             }
             // A query of several statements that failed may have run its DDL before the error.
             keyword
                 if crate::sql::is_ddl(keyword, sql)
-                    && (!self.relay.failed
-                        || self.multi_statements
-                            && crate::sql::current_db::may_hold_several(sql)) =>
+                    && (!self.relay.failed || self.tracker.may_be_several(sql)) =>
             {
                 self.reload_after_ddl(&engine, sql).await;
             }
@@ -510,16 +497,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     async fn reload_after_ddl(&self, engine: &Arc<Engine>, sql: &[u8]) {
         use crate::messaging::after_ddl;
         use crate::sql::{ddl_effect, DdlEffect};
-        let several = self.multi_statements && crate::sql::current_db::may_hold_several(sql);
-        let effect = if several {
+        let effect = if self.tracker.may_be_several(sql) {
             DdlEffect::Unknown
         } else {
             ddl_effect(sql, self.quoting())
         };
-        let current = match &self.current_db {
-            CurrentDb::Known(db) => db.as_deref(),
-            CurrentDb::Unknown => None,
-        };
+        let current = self.tracker.current_db().known().flatten();
         let plan = after_ddl::plan(engine, sql, effect, current);
         if let Err(e) = after_ddl::reload(engine, plan).await {
             warn!("reloading message tables after DDL failed: {e}");
@@ -536,53 +519,31 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         if engine.binlog_following() || !may_write(keyword) {
             return;
         }
-        let written = engine.tables_mentioned(sql);
-        if !written.is_empty() {
-            self.prepared_writes.by_id.insert(id, written);
-        }
+        self.tracker
+            .prepared_writes(id, engine.tables_mentioned(sql));
     }
 
     /// After a `COM_STMT_EXECUTE`: the tables its statement may have written are polled once
     /// they are committed, as after a text `INSERT`.
     pub(super) fn after_executed_prepared(&mut self, id: Option<u32>) {
-        let written = id
-            .and_then(|id| self.prepared_writes.by_id.get(&id))
-            .cloned()
-            .unwrap_or_default();
+        let written = self.tracker.written_by(id);
         self.note_written(written);
         self.notify_if_committed(false);
     }
 
     /// Adds tables to those this session's open transaction may have written.
     pub(super) fn note_written(&mut self, written: Vec<Arc<TableManager>>) {
-        for m in written {
-            if !self.pending_notify.iter().any(|p| Arc::ptr_eq(p, &m)) {
-                self.pending_notify.push(m);
-            }
-        }
+        self.tracker.note_written(written);
     }
 
     /// Once no transaction is open, asks the managers of the tables written to poll (unless the
     /// transaction rolled back).
     pub(super) fn notify_if_committed(&mut self, rolled_back: bool) {
-        if !self.relay.in_transaction() && !self.pending_notify.is_empty() {
-            for m in self.pending_notify.drain(..) {
-                if !rolled_back {
-                    m.request_poll();
-                }
-            }
+        let in_transaction = self.relay.in_transaction();
+        for m in self.tracker.committed(in_transaction, rolled_back) {
+            m.request_poll();
         }
     }
-}
-
-/// The message tables a session's prepared statements may write (see `Session::prepared_writes`).
-#[derive(Default)]
-pub struct PreparedWrites {
-    /// By statement id, for the binary protocol.
-    pub by_id: std::collections::HashMap<u32, Vec<Arc<TableManager>>>,
-    /// For every SQL `PREPARE` of the session together (`EXECUTE name` is not traced to its
-    /// `PREPARE`: a table too many costs one poll).
-    pub by_sql: Vec<Arc<TableManager>>,
 }
 
 /// Statements that may insert rows (or, `UPDATE`, reschedule them).
@@ -619,17 +580,6 @@ fn unhex(hex: &[u8]) -> Option<Vec<u8>> {
             u8::from_str_radix(digits, 16).ok()
         })
         .collect()
-}
-
-/// The refusal of a virtual statement prepared (over the binary protocol, or with SQL `PREPARE`
-/// / `EXECUTE IMMEDIATE` of a literal): the proxy answers them over the text protocol only, and
-/// the server would call them a syntax error, which is not the reason.
-pub(super) fn virtual_not_prepared() -> ErrorPacket {
-    ErrorPacket::new(
-        crate::protocol::commands::ER_UNSUPPORTED_PS,
-        "HY000",
-        "STREAM, ACK, NACK, EXTEND, REDRIVE, SEEK, DROP GROUP, SET workload, SHOW MESSAGE TABLES and SHOW STREAM GROUPS are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
-    )
 }
 
 #[cfg(test)]
