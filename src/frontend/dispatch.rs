@@ -5,7 +5,6 @@
 
 use bytes::BytesMut;
 
-use super::session::is_continued;
 use crate::protocol::commands::*;
 use crate::protocol::packet::{parse_header, MAX_PAYLOAD};
 use crate::protocol::wire::ErrorPacket;
@@ -16,6 +15,13 @@ use crate::sql::{self, Action, Classification, Keyword, Quoting};
 /// msgproxy answers itself (STREAM, ACK) must fit; anything longer is streamed to the server
 /// without being held (so memory per session stays bounded whatever a client sends).
 pub const JOIN_LIMIT: usize = 2 * MAX_PAYLOAD;
+
+/// Whether a physical packet (header included) is continued by the next one: its payload is
+/// exactly [`MAX_PAYLOAD`]. (A command joined by `execute`'s `join_continuation` is re-framed,
+/// longer than that, and complete.)
+pub fn is_continued(raw: &[u8]) -> bool {
+    raw.len() == 4 + MAX_PAYLOAD
+}
 
 /// What of the session a plan depends on.
 pub struct Planning<'a> {

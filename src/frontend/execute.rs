@@ -4,10 +4,11 @@
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::dispatch::{self, Plan, Planned, Planning, Record, Send, JOIN_LIMIT};
-use super::session::{is_continued, Session, SessionEnd};
+use super::dispatch::{self, is_continued, Plan, Planned, Planning, Record, Send, JOIN_LIMIT};
+use super::session::{Session, SessionEnd};
 use crate::protocol::commands::COM_QUERY;
-use crate::protocol::packet::{parse_header, MAX_PAYLOAD};
+use crate::protocol::packet::{parse_header, write_packet, MAX_PAYLOAD};
+use crate::protocol::wire::ErrorPacket;
 
 /// A statement of 16 MiB or more, as [`Session::join_continuation`] read it.
 enum Joined {
@@ -214,5 +215,82 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let mut raw = bytes::BytesMut::with_capacity(payload.len() + 8 * packets.len());
         crate::protocol::packet::encode_packet(&mut raw, packets[0][3], &payload);
         Ok(Joined::Whole { raw, payload })
+    }
+
+    /// Sends a command to the backend: the physical packets `before` (read already: the head of a
+    /// long statement), `raw`, and, for a command of 16 MiB or more, the physical packets that
+    /// continue it, streamed as they arrive.
+    async fn send_to_backend_after(
+        &mut self,
+        before: &[bytes::BytesMut],
+        raw: &[u8],
+    ) -> Result<(), SessionEnd> {
+        // An answer (the server's, or msgproxy's own error if the backend is lost meanwhile)
+        // follows the client's last packet. If a write fails, the rest of the command is still
+        // read (and dropped), so that the error reaches a client that is reading again.
+        self.relay.next_seq = parse_header(raw).1.wrapping_add(1);
+        // The server numbers its answer after the client's own packets.
+        self.relay.seq_shift = 0;
+        let mut failed = None;
+        for packet in before.iter().map(|p| &p[..]).chain([raw]) {
+            if failed.is_none() {
+                failed = self.backend.conn.get_mut().write_all(packet).await.err();
+            }
+        }
+        let mut more = is_continued(raw);
+        while let Some(next) = self.next_continuation(&mut more).await? {
+            self.relay.next_seq = parse_header(&next).1.wrapping_add(1);
+            if failed.is_none() {
+                failed = self.backend.conn.get_mut().write_all(&next).await.err();
+            }
+        }
+        if failed.is_none() {
+            failed = self.backend.conn.get_mut().flush().await.err();
+        }
+        match failed {
+            Some(e) => Err(self.write_failed(e).await),
+            None => Ok(()),
+        }
+    }
+
+    /// The client's next physical packet of a command whose previous one was continued
+    /// (`more`, updated for the packet returned); `None` once the command has ended.
+    async fn next_continuation(
+        &mut self,
+        more: &mut bool,
+    ) -> Result<Option<bytes::BytesMut>, SessionEnd> {
+        if !*more {
+            return Ok(None);
+        }
+        let next = self
+            .client
+            .next_raw_packet()
+            .await
+            .map_err(SessionEnd::Client)?;
+        *more = is_continued(&next);
+        Ok(Some(next))
+    }
+
+    /// Refuses a command the proxy answers itself. If its packet is a full 16 MiB one, the
+    /// packets that continue it are read and dropped first (else they would be taken for the
+    /// next commands), and the error follows the last of them in sequence.
+    async fn refuse_long_command(
+        &mut self,
+        raw: &[u8],
+        err: ErrorPacket,
+    ) -> Result<(), SessionEnd> {
+        let mut seq = parse_header(raw).1;
+        let mut more = is_continued(raw);
+        while let Some(next) = self.next_continuation(&mut more).await? {
+            seq = parse_header(&next).1;
+        }
+        write_packet(
+            self.client.get_mut(),
+            seq.wrapping_add(1),
+            &err.encode(true),
+        )
+        .await
+        .map(|_| ())
+        .map_err(SessionEnd::Client)
     }
 }

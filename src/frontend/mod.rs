@@ -19,6 +19,7 @@ mod refusal;
 mod result_client;
 mod session;
 pub mod spares;
+mod table_writes;
 pub mod tls;
 mod tracker;
 mod unix_socket;

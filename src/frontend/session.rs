@@ -13,7 +13,7 @@ use super::peer::Peer;
 use super::tracker::SessionTracker;
 use crate::backend::Backend;
 use crate::protocol::commands::*;
-use crate::protocol::packet::{parse_header, write_packet, PacketReader, HEADER_LEN, MAX_PAYLOAD};
+use crate::protocol::packet::{parse_header, write_packet, PacketReader, HEADER_LEN};
 use crate::protocol::wire::{self, ErrorPacket};
 use crate::relay::{BackendWatch, Relay, RelayError, ResponseKind};
 
@@ -26,13 +26,6 @@ const REFUSAL_READ: std::time::Duration = std::time::Duration::from_secs(1);
 /// The longest server error packet the proxy passes on after a failed write (a real one is a few
 /// hundred bytes: code, SQLSTATE and a message of at most 512 characters).
 const REFUSAL_MAX_LEN: usize = 4096;
-
-/// Whether a physical packet (header included) is continued by the next one: its payload is
-/// exactly [`MAX_PAYLOAD`]. (A command joined by `execute`'s `join_continuation` is re-framed,
-/// longer than that, and complete.)
-pub(super) fn is_continued(raw: &[u8]) -> bool {
-    raw.len() == 4 + MAX_PAYLOAD
-}
 
 /// A logged-in client and its backend connection.
 pub struct Session<S> {
@@ -274,49 +267,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
     }
 
-    /// Sends a command to the backend: the physical packets `before` (read already: the head of a
-    /// long statement), `raw`, and, for a command of 16 MiB or more, the physical packets that
-    /// continue it, streamed as they arrive.
-    pub(super) async fn send_to_backend_after(
-        &mut self,
-        before: &[bytes::BytesMut],
-        raw: &[u8],
-    ) -> Result<(), SessionEnd> {
-        // An answer (the server's, or msgproxy's own error if the backend is lost meanwhile)
-        // follows the client's last packet. If a write fails, the rest of the command is still
-        // read (and dropped), so that the error reaches a client that is reading again.
-        self.relay.next_seq = parse_header(raw).1.wrapping_add(1);
-        // The server numbers its answer after the client's own packets.
-        self.relay.seq_shift = 0;
-        let mut failed = None;
-        for packet in before.iter().map(|p| &p[..]).chain([raw]) {
-            if failed.is_none() {
-                failed = self.backend.conn.get_mut().write_all(packet).await.err();
-            }
-        }
-        let mut more = is_continued(raw);
-        while let Some(next) = self.next_continuation(&mut more).await? {
-            self.relay.next_seq = parse_header(&next).1.wrapping_add(1);
-            if failed.is_none() {
-                failed = self.backend.conn.get_mut().write_all(&next).await.err();
-            }
-        }
-        if failed.is_none() {
-            failed = self.backend.conn.get_mut().flush().await.err();
-        }
-        match failed {
-            Some(e) => Err(self.write_failed(e).await),
-            None => Ok(()),
-        }
-    }
-
     /// Writing the current command to the backend failed with `e`. The server may have refused
     /// it and closed the connection: MariaDB answers a packet over its `max_allowed_packet` with
     /// ERR 1153 and closes while the proxy is still writing, so the write fails (broken pipe)
     /// with that error unread. A short read looks for it; if it is there, it goes to the client
     /// (after the client's last packet, `relay.next_seq`) in place of the proxy's own 1158, as a
     /// direct client would see it. The backend connection is gone either way: the session ends.
-    async fn write_failed(&mut self, e: std::io::Error) -> SessionEnd {
+    pub(super) async fn write_failed(&mut self, e: std::io::Error) -> SessionEnd {
         let conn = &mut self.backend.conn;
         let read_err = async {
             conn.fill_to(HEADER_LEN + 1).await?;
@@ -408,47 +365,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let client = self.client.get_mut();
         client.write_all(end).await.map_err(SessionEnd::Client)?;
         client.flush().await.map_err(SessionEnd::Client)
-    }
-
-    /// The client's next physical packet of a command whose previous one was continued
-    /// (`more`, updated for the packet returned); `None` once the command has ended.
-    pub(super) async fn next_continuation(
-        &mut self,
-        more: &mut bool,
-    ) -> Result<Option<bytes::BytesMut>, SessionEnd> {
-        if !*more {
-            return Ok(None);
-        }
-        let next = self
-            .client
-            .next_raw_packet()
-            .await
-            .map_err(SessionEnd::Client)?;
-        *more = is_continued(&next);
-        Ok(Some(next))
-    }
-
-    /// Refuses a command the proxy answers itself. If its packet is a full 16 MiB one, the
-    /// packets that continue it are read and dropped first (else they would be taken for the
-    /// next commands), and the error follows the last of them in sequence.
-    pub(super) async fn refuse_long_command(
-        &mut self,
-        raw: &[u8],
-        err: ErrorPacket,
-    ) -> Result<(), SessionEnd> {
-        let mut seq = parse_header(raw).1;
-        let mut more = is_continued(raw);
-        while let Some(next) = self.next_continuation(&mut more).await? {
-            seq = parse_header(&next).1;
-        }
-        write_packet(
-            self.client.get_mut(),
-            seq.wrapping_add(1),
-            &err.encode(true),
-        )
-        .await
-        .map(|_| ())
-        .map_err(SessionEnd::Client)
     }
 
     /// Answers the current command with an error of the proxy's own (after the client's last
