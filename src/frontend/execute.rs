@@ -1,6 +1,7 @@
 //! One turn of the command loop: read the client's command, plan it (`dispatch`), carry the
 //! plan out, and record what the command changed (`tracker`, and the message engine's side in
-//! `messages`).
+//! `table_writes`). Also the reading of a command's packets that continue its first (16 MiB and
+//! more) and their sending on.
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -22,6 +23,7 @@ enum Joined {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
+    /// Reads, plans, executes and records one command; an `Err` ends the session.
     pub(super) async fn serve_command(&mut self) -> Result<(), SessionEnd> {
         let first = self
             .client
@@ -92,6 +94,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 if self.virtual_runs_here(statement).await? {
                     return self.serve_virtual(statement).await;
                 }
+                // In a version-gated comment the server skips: the server answers it as the
+                // empty statement it is.
                 *relayed
             }
             plan => plan,
@@ -134,8 +138,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                 self.record(record).await;
                 Ok(())
             }
-            // Answered above, or replaced by its relayed plan.
-            Plan::Virtual { .. } => Ok(()),
+            // Replaced above by its relayed plan, which the dispatcher never makes virtual; were
+            // it, answering the statement is still an answer.
+            Plan::Virtual { statement, .. } => self.serve_virtual(statement).await,
         }
     }
 
