@@ -6,7 +6,7 @@ use mysql_common::constants::CapabilityFlags;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::login::{access_denied, auth_switch_request, check_password, checkable_plugin};
-use super::session::{CurrentDb, Session, SessionEnd};
+use super::session::{Session, SessionEnd};
 use crate::backend::LoginReply;
 use crate::protocol::auth::Plugin;
 use crate::protocol::commands::*;
@@ -110,7 +110,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             if let Err(e) = self.backend.reset_connection().await {
                 return Err(SessionEnd::Backend(std::io::Error::other(e.to_string())));
             }
-            self.forget_session_state();
+            self.tracker.server_reset();
             let client = self.client.get_mut();
             let err = access_denied(&user, self.peer, !response.is_empty());
             write_packet(client, seq, &err.encode(true))
@@ -142,11 +142,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     self.relay.watch.clone(),
                 );
                 self.user = user;
-                self.current_db = CurrentDb::named(request.database);
-                self.multi_statements = self
-                    .capabilities
-                    .contains(CapabilityFlags::CLIENT_MULTI_STATEMENTS);
-                self.forget_session_state();
+                self.tracker.after_change_user(
+                    request.database,
+                    self.capabilities
+                        .contains(CapabilityFlags::CLIENT_MULTI_STATEMENTS),
+                );
                 write_packet(self.client.get_mut(), seq, &ok)
                     .await
                     .map_err(SessionEnd::Client)?;

@@ -168,7 +168,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             StreamEnd::Refused | StreamEnd::Interrupted | StreamEnd::Failed => Ok(()),
             StreamEnd::Closed => {
                 // Mid-stream: whatever the stream's connection was doing is not known to be over.
-                self.uncertain = true;
+                self.tracker.mark_unresettable();
                 Err(SessionEnd::Quit)
             }
             StreamEnd::BackendLost(e, seq) => {

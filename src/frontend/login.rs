@@ -8,10 +8,12 @@ use mysql_common::constants::CapabilityFlags;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::debug;
 
+use super::context::Context;
+use super::greeting::proxy_version;
+use super::peer::Peer;
 use super::pool::{Checkout, PoolKey, Ticket, Warm};
 use super::session::Session;
 use super::spares::Fresh;
-use super::{Context, Peer};
 use crate::backend::{unsupported_capabilities, Backend, LoginReply};
 use crate::config::Secret;
 use crate::protocol::auth::{self, Plugin};
@@ -19,10 +21,6 @@ use crate::protocol::commands::*;
 use crate::protocol::handshake::{self, Greeting, HandshakeResponse, NATIVE_PASSWORD};
 use crate::protocol::packet::{write_packet, Packet, PacketReader};
 use crate::protocol::wire::ErrorPacket;
-
-/// Suffix added to the backend's version in the greeting, so `SELECT VERSION()` (the backend's)
-/// and the handshake (the proxy's) can be told apart while drivers still parse the version.
-pub const VERSION_SUFFIX: &[u8] = b"-msgproxy";
 
 /// Serves one client connection from accept to close.
 pub async fn serve<S>(ctx: Arc<Context>, stream: S, peer: Peer)
@@ -146,8 +144,7 @@ async fn connection_phase<S: AsyncRead + AsyncWrite + Unpin>(
     };
     let nonce = auth::new_nonce();
     let offered = offered_capabilities(&ctx, greeted);
-    let mut version = greeted.greeting.server_version.clone();
-    version.extend_from_slice(VERSION_SUFFIX);
+    let version = proxy_version(&greeted.greeting.server_version);
     let greeting = Greeting {
         server_version: &version,
         connection_id: greeted.greeting.connection_id,

@@ -1,15 +1,13 @@
 //! The session's side of message tables: answering the virtual statements (`STREAM`, `ACK`,
-//! `SET workload`) and telling the engine when a relayed statement may have changed a message
-//! table (new rows committed, DDL).
+//! `SET workload`, ...). What relayed statements do to message tables is `table_writes`.
 
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tracing::warn;
 
-use super::session::{CurrentDb, Session, SessionEnd};
+use super::session::{Session, SessionEnd};
 use crate::backend::QueryOutcome;
-use crate::messaging::engine::{Engine, Lookup};
+use crate::messaging::engine::Lookup;
 use crate::messaging::manager::TableManager;
 use crate::messaging::state;
 use crate::messaging::stream::{self, StreamEnd};
@@ -20,7 +18,7 @@ use crate::protocol::commands::{
 };
 use crate::protocol::packet::write_packet;
 use crate::protocol::wire::{self, ok_packet, ErrorPacket};
-use crate::sql::{AckId, Classification, Keyword, Quoting, TableName, VirtualStatement};
+use crate::sql::{AckId, Quoting, TableName, VirtualStatement};
 
 /// The answer to a question the proxy asked the server on the session's connection.
 pub(super) enum Asked {
@@ -252,7 +250,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
             StreamEnd::Refused | StreamEnd::Interrupted | StreamEnd::Failed => Ok(()),
             StreamEnd::Closed => {
                 // Mid-stream: whatever the stream's connection was doing is not known to be over.
-                self.uncertain = true;
+                self.tracker.mark_unresettable();
                 Err(SessionEnd::Quit)
             }
             StreamEnd::BackendLost(e, seq) => {
@@ -266,13 +264,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     /// The session's current database: the one the proxy is sure of, or else the server's
     /// answer to `SELECT DATABASE()` on the session's own connection (kept until something may
     /// change it again).
-    pub(super) async fn current_database(&mut self) -> Result<Asked, SessionEnd> {
-        if let CurrentDb::Known(db) = &self.current_db {
-            return Ok(Asked::Value(db.clone()));
+    async fn current_database(&mut self) -> Result<Asked, SessionEnd> {
+        if let Some(db) = self.tracker.current_db().known() {
+            return Ok(Asked::Value(db.map(str::to_string)));
         }
         let asked = self.ask_server("DATABASE()").await?;
         if let Asked::Value(db) = &asked {
-            self.current_db = CurrentDb::Known(db.clone());
+            self.tracker.learned_db(db.clone());
         }
         Ok(asked)
     }
@@ -427,185 +425,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         }
         Ok(true)
     }
-
-    /// After a relayed statement: collect the message tables it may have written, tell their
-    /// managers once the writes are committed (never after a rollback), reload after DDL.
-    pub(super) async fn after_relayed_statement(
-        &mut self,
-        sql: &[u8],
-        classification: Classification,
-    ) {
-        let Some(engine) = self.ctx.engine.clone() else {
-            return;
-        };
-        if classification.keyword == Keyword::Update {
-            self.count_sql_ack(&engine, sql);
-        }
-        // While the binlog watcher follows, the committed rows reach the managers from the binlog
-        // within milliseconds; a poll here would only repeat that work (and under load it was
-        // most of the server's reads).
-        let polling = !engine.binlog_following();
-        match classification.keyword {
-            keyword if polling && may_write(keyword) => {
-                let written = engine.tables_mentioned(sql);
-                self.note_written(written);
-            }
-            // Several statements in one query (`SET @a = 1; INSERT ...`): any of them may write.
-            _ if polling
-                && self.multi_statements
-                && crate::sql::current_db::may_hold_several(sql) =>
-            {
-                let written = engine.tables_mentioned(sql);
-                self.note_written(written);
-            }
-            Keyword::Other if polling && !self.relay.failed => {
-                let verb = first_word(sql, classification.keyword_offset);
-                if verb.eq_ignore_ascii_case(b"prepare") {
-                    for m in engine.tables_mentioned(sql) {
-                        if !self
-                            .prepared_writes
-                            .by_sql
-                            .iter()
-                            .any(|p| Arc::ptr_eq(p, &m))
-                        {
-                            self.prepared_writes.by_sql.push(m);
-                        }
-                    }
-                } else if verb.eq_ignore_ascii_case(b"execute") {
-                    // `EXECUTE IMMEDIATE 'INSERT ...'` names its tables; `EXECUTE s` may run any
-                    // statement this session prepared.
-                    let mut written = engine.tables_mentioned(sql);
-                    written.extend(self.prepared_writes.by_sql.iter().cloned());
-                    self.note_written(written);
-                }
-            }
-            // A query of several statements that failed may have run its DDL before the error.
-            keyword
-                if crate::sql::is_ddl(keyword, sql)
-                    && (!self.relay.failed
-                        || self.multi_statements
-                            && crate::sql::current_db::may_hold_several(sql)) =>
-            {
-                self.reload_after_ddl(&engine, sql).await;
-            }
-            // The server has accepted the KILL (the user may kill that connection's statement):
-            // a stream on that connection through this proxy ends as the statement would.
-            Keyword::Kill if !self.relay.failed => {
-                if let Some(connection) = crate::sql::kill_query_target(sql) {
-                    self.ctx.streams.interrupt(connection);
-                }
-            }
-            _ => {}
-        }
-        self.notify_if_committed(classification.keyword == Keyword::Rollback);
-    }
-
-    /// After a DDL statement succeeded, before the client sees its OK: reloads what it may have
-    /// changed, so a message table it made (or altered, or dropped) is usable (or gone) the
-    /// moment the client is answered. DDL on temporary tables, and on tables that neither are
-    /// nor may become message tables, costs a scan of its text and nothing else; otherwise the
-    /// tables it names are read by name. Only a statement the proxy cannot follow (or one whose
-    /// unqualified names it cannot place: the session's database unknown) reads the catalog.
-    /// The session's own connection is not used: a query there would clear the DDL's warnings.
-    async fn reload_after_ddl(&self, engine: &Arc<Engine>, sql: &[u8]) {
-        use crate::messaging::after_ddl;
-        use crate::sql::{ddl_effect, DdlEffect};
-        let several = self.multi_statements && crate::sql::current_db::may_hold_several(sql);
-        let effect = if several {
-            DdlEffect::Unknown
-        } else {
-            ddl_effect(sql, self.quoting())
-        };
-        let current = match &self.current_db {
-            CurrentDb::Known(db) => db.as_deref(),
-            CurrentDb::Unknown => None,
-        };
-        let plan = after_ddl::plan(engine, sql, effect, current);
-        if let Err(e) = after_ddl::reload(engine, plan).await {
-            warn!("reloading message tables after DDL failed: {e}");
-        }
-    }
-
-    /// After a `COM_STMT_PREPARE`: while polling, remember which message tables the statement
-    /// may write, by the id the server gave it.
-    pub(super) fn after_prepared(&mut self, sql: &[u8], keyword: Keyword) {
-        let (Some(engine), Some(id)) = (self.ctx.engine.clone(), self.relay.prepared_statement)
-        else {
-            return;
-        };
-        if engine.binlog_following() || !may_write(keyword) {
-            return;
-        }
-        let written = engine.tables_mentioned(sql);
-        if !written.is_empty() {
-            self.prepared_writes.by_id.insert(id, written);
-        }
-    }
-
-    /// After a `COM_STMT_EXECUTE`: the tables its statement may have written are polled once
-    /// they are committed, as after a text `INSERT`.
-    pub(super) fn after_executed_prepared(&mut self, id: Option<u32>) {
-        let written = id
-            .and_then(|id| self.prepared_writes.by_id.get(&id))
-            .cloned()
-            .unwrap_or_default();
-        self.note_written(written);
-        self.notify_if_committed(false);
-    }
-
-    /// Adds tables to those this session's open transaction may have written.
-    pub(super) fn note_written(&mut self, written: Vec<Arc<TableManager>>) {
-        for m in written {
-            if !self.pending_notify.iter().any(|p| Arc::ptr_eq(p, &m)) {
-                self.pending_notify.push(m);
-            }
-        }
-    }
-
-    /// Once no transaction is open, asks the managers of the tables written to poll (unless the
-    /// transaction rolled back).
-    pub(super) fn notify_if_committed(&mut self, rolled_back: bool) {
-        if !self.relay.in_transaction() && !self.pending_notify.is_empty() {
-            for m in self.pending_notify.drain(..) {
-                if !rolled_back {
-                    m.request_poll();
-                }
-            }
-        }
-    }
-}
-
-/// The message tables a session's prepared statements may write (see `Session::prepared_writes`).
-#[derive(Default)]
-pub struct PreparedWrites {
-    /// By statement id, for the binary protocol.
-    pub by_id: std::collections::HashMap<u32, Vec<Arc<TableManager>>>,
-    /// For every SQL `PREPARE` of the session together (`EXECUTE name` is not traced to its
-    /// `PREPARE`: a table too many costs one poll).
-    pub by_sql: Vec<Arc<TableManager>>,
-}
-
-/// Statements that may insert rows (or, `UPDATE`, reschedule them).
-fn may_write(keyword: Keyword) -> bool {
-    matches!(
-        keyword,
-        Keyword::Insert
-            | Keyword::Replace
-            | Keyword::Load
-            | Keyword::Update
-            | Keyword::Call
-            | Keyword::With
-    )
-}
-
-/// The word at `offset` (the classifier's first keyword), for keywords it does not name.
-fn first_word(sql: &[u8], offset: usize) -> &[u8] {
-    let rest = sql.get(offset..).unwrap_or_default();
-    let len = rest
-        .iter()
-        .position(|b| !b.is_ascii_alphabetic())
-        .unwrap_or(rest.len());
-    &rest[..len]
 }
 
 /// The bytes that upper- or lower-case hex digits in pairs stand for.
@@ -619,17 +438,6 @@ fn unhex(hex: &[u8]) -> Option<Vec<u8>> {
             u8::from_str_radix(digits, 16).ok()
         })
         .collect()
-}
-
-/// The refusal of a virtual statement prepared (over the binary protocol, or with SQL `PREPARE`
-/// / `EXECUTE IMMEDIATE` of a literal): the proxy answers them over the text protocol only, and
-/// the server would call them a syntax error, which is not the reason.
-pub(super) fn virtual_not_prepared() -> ErrorPacket {
-    ErrorPacket::new(
-        crate::protocol::commands::ER_UNSUPPORTED_PS,
-        "HY000",
-        "STREAM, ACK, NACK, EXTEND, REDRIVE, SEEK, DROP GROUP, SET workload, SHOW MESSAGE TABLES and SHOW STREAM GROUPS are answered by msgproxy over the text protocol only; send them as plain queries, not prepared statements",
-    )
 }
 
 #[cfg(test)]

@@ -1,5 +1,4 @@
-//! The session's operator features: `SHOW MESSAGE TABLES`, and counting acks made with the
-//! Vitess SQL form (`UPDATE t SET time_acked = ...`) for the table's metrics.
+//! The session's operator feature: `SHOW MESSAGE TABLES`.
 //!
 //! `SHOW MESSAGE TABLES` is answered with a result set the session's own backend connection
 //! makes: the proxy writes the rows as a `SELECT` of literals and relays the server's answer.
@@ -12,7 +11,7 @@ use std::fmt::Write;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::session::{Session, SessionEnd};
-use crate::messaging::engine::{Engine, Lookup};
+use crate::messaging::engine::Lookup;
 use crate::messaging::state;
 use crate::relay::ResponseKind;
 
@@ -53,24 +52,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         let sql = show_message_tables_sql(&tables, state::now_ns());
         self.relay_statement(sql.as_bytes(), ResponseKind::Results)
             .await
-    }
-
-    /// After a relayed `UPDATE`: when it names exactly one message table and its `time_acked`
-    /// column (the Vitess SQL ack), its affected rows count as acks of that table. A statement
-    /// that names two message tables is not counted (which table's rows?), nor one inside a
-    /// transaction that is later rolled back (it is counted when it succeeds).
-    pub(super) fn count_sql_ack(&self, engine: &Engine, sql: &[u8]) {
-        if self.relay.failed || self.relay.affected_rows == 0 {
-            return;
-        }
-        if !crate::sql::names_identifier(sql, b"time_acked") {
-            return;
-        }
-        let mut tables = engine.tables_mentioned(sql);
-        tables.retain(|m| crate::sql::names_identifier(sql, m.definition().name.as_bytes()));
-        if let [table] = tables.as_slice() {
-            table.stats().record_acked(self.relay.affected_rows);
-        }
     }
 }
 

@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
-use super::login::VERSION_SUFFIX;
+use super::greeting::proxy_version;
 use crate::protocol::auth::new_nonce;
 use crate::protocol::handshake::{ssl_request_capabilities, Greeting, NATIVE_PASSWORD};
 use crate::protocol::packet::{write_packet, PacketReader};
@@ -105,8 +105,7 @@ where
 /// The refusal's greeting: the proxy's version marker on a MariaDB-style version (no backend
 /// was asked for its own), native passwords, TLS only when it can be given.
 fn greeting(offer_tls: bool) -> Vec<u8> {
-    let mut version = b"5.5.5".to_vec();
-    version.extend_from_slice(VERSION_SUFFIX);
+    let version = proxy_version(b"5.5.5");
     let mut capabilities = CapabilityFlags::CLIENT_LONG_PASSWORD
         | CapabilityFlags::CLIENT_PROTOCOL_41
         | CapabilityFlags::CLIENT_SECURE_CONNECTION
@@ -128,6 +127,7 @@ fn greeting(offer_tls: bool) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frontend::greeting::VERSION_SUFFIX;
     use crate::protocol::handshake::BackendGreeting;
     use tokio::io::{duplex, AsyncReadExt, DuplexStream};
 
