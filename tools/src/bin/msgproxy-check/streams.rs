@@ -307,8 +307,16 @@ impl Workload {
 
 /// Creates the stream tables (dropping earlier ones, and their groups' rows), straight on the
 /// server. BLACKHOLE is a plugin in Debian's MariaDB: loaded first (an error when it is already
-/// loaded is fine; a CREATE that then fails says what is wrong).
-pub async fn create_tables(c: &mut Conn, db: &str, ack_wait: f64) -> Result<(), String> {
+/// loaded is fine; a CREATE that then fails says what is wrong). On Galera (`galera`) the
+/// BLACKHOLE table is made InnoDB: Galera replicates only InnoDB, so a BLACKHOLE insert reaches
+/// only the binlog of the node it was made on, and a group reading another node never sees it
+/// (docs/CLUSTERS.md).
+pub async fn create_tables(
+    c: &mut Conn,
+    db: &str,
+    ack_wait: f64,
+    galera: bool,
+) -> Result<(), String> {
     let _ = c.query("INSTALL SONAME 'ha_blackhole'").await;
     let _ = c
         .query(&format!(
@@ -316,6 +324,7 @@ pub async fn create_tables(c: &mut Conn, db: &str, ack_wait: f64) -> Result<(), 
         ))
         .await;
     for (table, engine) in TABLES {
+        let engine = if galera { "InnoDB" } else { engine };
         for sql in [
             format!("DROP TABLE IF EXISTS `{db}`.`{table}`"),
             format!(
