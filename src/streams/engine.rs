@@ -541,8 +541,8 @@ impl StreamEngine {
         }
         self.ready().await?;
         match self.store.load(key).await.map_err(StreamError::backend)? {
-            // (This proxy itself while it moves the group to another server: nothing is in
-            // flight then, and what was is sent again.)
+            // (This proxy itself while it places the group and has no state for it: before its
+            // first events, or after a failed move; nothing is in flight then.)
             Some(GroupRow {
                 owner: Some(owner), ..
             }) if owner != self.me => Err(StreamError::new(

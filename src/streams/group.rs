@@ -147,6 +147,16 @@ impl GroupState {
         }
     }
 
+    /// The group goes on reading another server's binlog, from `resume` there (a backend switch
+    /// that this proxy follows with the group). What it has acked, read and sent stays: event ids
+    /// are the same on every server of the GTID domain, so the events read again from `resume`
+    /// are skipped by id, and those in flight keep their deadlines (sent again only when their
+    /// ack wait passes, as without the switch). `read_upto` becomes a position of that server.
+    pub fn rebase(&mut self, resume: BinlogPosition) {
+        self.read_upto = resume;
+        self.dirty = true;
+    }
+
     /// Where the group has read up to: the end of the last transaction read (or where reading
     /// started).
     pub fn read_upto(&self) -> &BinlogPosition {

@@ -171,6 +171,8 @@ impl StreamEngine {
         };
         let mut progress = row.progress;
         let mut anchor = row.anchor;
+        // Built from the durable row below; kept from here on only across a backend switch.
+        group.lock().state = None;
         loop {
             Self::set_mode(group, Mode::Starting);
             let mut placement = match self.place(group, &mut progress, anchor.clone()).await {
@@ -178,6 +180,7 @@ impl StreamEngine {
                 Placed::Seek((to, server)) => {
                     progress = to;
                     anchor = Anchor::at(server);
+                    group.lock().state = None;
                     continue;
                 }
                 Placed::LostLease => return Served::LostLease,
@@ -185,7 +188,15 @@ impl StreamEngine {
             };
             {
                 let mut inner = group.lock();
-                let mut state = GroupState::new(progress.clone());
+                let mut state = match inner.state.take() {
+                    // Kept across a switch: the acks taken meanwhile and the events in flight
+                    // (with their deadlines) stay; only the reading goes on on the new server.
+                    Some(mut kept) => {
+                        kept.rebase(progress.resume.clone());
+                        kept
+                    }
+                    None => GroupState::new(progress.clone()),
+                };
                 // Saved at the first tick: after a SEEK, a save of the old state may have
                 // landed after the SEEK's own write.
                 state.mark_dirty();
@@ -215,6 +226,7 @@ impl StreamEngine {
                 Delivered::Seek((to, server)) => {
                     progress = to;
                     anchor = Anchor::at(server);
+                    group.lock().state = None;
                 }
                 Delivered::LostLease => return Served::LostLease,
                 Delivered::Stopped => {
@@ -248,7 +260,8 @@ impl StreamEngine {
                         group.key.table,
                         resume::describe(&progress.resume, &anchor)
                     );
-                    group.lock().state = None;
+                    // The state stays (acks go on being taken while the group is placed on the
+                    // new server; what is in flight keeps its deadline).
                 }
             }
         }
@@ -350,6 +363,9 @@ impl StreamEngine {
                 }
             };
             if let Some(mode) = problem {
+                if matches!(mode, Mode::Failed(_)) {
+                    group.lock().state = None;
+                }
                 let why = match &mode {
                     Mode::Failed(w) | Mode::Behind(w) => Some(w.clone()),
                     _ => None,

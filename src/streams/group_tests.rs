@@ -174,3 +174,38 @@ fn done_is_the_newest_transaction_acked_or_below_the_floor() {
         Some(crate::streams::resume::Done { domain: 0, seq: 6 })
     );
 }
+
+#[test]
+fn a_rebased_group_keeps_its_acks_and_what_is_in_flight() {
+    let mut g = fresh();
+    g.committed(vec![ev(1, 0), ev(1, 1), ev(2, 0)], pos(250), |_| true);
+    let now = Instant::now();
+    assert_eq!(g.take_batch(1, 10, 1000, now, WAIT).len(), 3);
+    assert_eq!(g.ack(&[event_id(1, 1)]), 1);
+    // Another server's binlog, from a position before what was read (its own file names).
+    let other = BinlogPosition {
+        file: "other-bin.000007".into(),
+        pos: 4,
+    };
+    g.rebase(other.clone());
+    assert_eq!(g.read_upto(), &other);
+    // Reading again there: the acked event and those in flight are not waiting again ...
+    g.committed(
+        vec![ev(1, 0), ev(1, 1), ev(2, 0), ev(3, 0)],
+        BinlogPosition {
+            file: "other-bin.000007".into(),
+            pos: 400,
+        },
+        |_| true,
+    );
+    let next = g.take_batch(2, 10, 1000, now, WAIT);
+    assert_eq!(ids(&next), vec![event_id(3, 0)], "only the new event");
+    // ... those in flight come back only at their deadline, and acks still count.
+    assert!(g.take_batch(2, 10, 1000, now + WAIT / 2, WAIT).is_empty());
+    assert_eq!(g.ack(&[event_id(1, 0), event_id(1, 1)]), 1);
+    assert_eq!(g.expire(now + WAIT), None);
+    assert_eq!(
+        ids(&g.take_batch(2, 10, 1000, now + WAIT, WAIT)),
+        vec![event_id(2, 0), event_id(3, 0)]
+    );
+}
