@@ -528,11 +528,14 @@ impl StreamEngine {
                         }
                     };
                     // The GTID state at the resume position, asked now and then in a task of
-                    // its own, rides along with the next save.
+                    // its own, rides along with the next save; a new answer is saved at once,
+                    // so that a group handed to a proxy on another server soon after it was
+                    // placed (no events read yet, nothing else to save) can be found there.
+                    let mut new_gtid = false;
                     if let Some(at) = snapshot.as_ref().map(|p| &p.resume) {
-                        placement.gtid.tick(&placement.opts, at).await;
+                        new_gtid = placement.gtid.tick(&placement.opts, at).await;
                     }
-                    let due = last_save.elapsed() >= RENEW_EVERY;
+                    let due = last_save.elapsed() >= RENEW_EVERY || new_gtid;
                     let to_save = changed.or(if due { snapshot } else { None });
                     if let Some(p) = to_save {
                         let anchor = placement.anchor_now(done);
