@@ -68,9 +68,9 @@ const TABLE: &str = "chk_messages";
 /// Proxies in front of one server, and of a primary with its replica (a Galera run has one per
 /// node).
 const PROXIES: usize = 2;
-/// Whether the streams workload runs by default under `--cluster`. Not yet: stream groups move
-/// with the backend now, but a Galera run with them found acked events sent again after a node's
-/// death (docs/CHECKING.md, "What it found").
+/// Whether the streams workload runs by default under `--cluster`. Not yet: a Galera node that
+/// rejoins by a full state transfer starts a new binlog, and groups placed on it cannot resume
+/// (docs/CHECKING.md, "What it found").
 const STREAMS_ON_A_CLUSTER: bool = false;
 /// Time before the first fault, so that messages flow first.
 const WARM_UP: Duration = Duration::from_secs(2);
@@ -293,7 +293,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
     let workloads = opts.workloads();
     let w = &workloads;
     if opts.cluster.is_some() && opts.workloads.is_none() && !STREAMS_ON_A_CLUSTER {
-        println!("msgproxy-check: warning: the streams workload is off under --cluster (stream groups still lose acks when a Galera node dies: docs/CHECKING.md, What it found); --workloads messages,streams,fifo turns it on");
+        println!("msgproxy-check: warning: the streams workload is off under --cluster (a Galera node that rejoins by a full state transfer loses its binlog history, and stream groups on it cannot resume: docs/CHECKING.md, What it found); --workloads messages,streams,fifo turns it on");
     }
     let proxy_count = opts.proxies();
     let producer_count = opts.producers.max(proxy_count);
