@@ -176,7 +176,8 @@ common_args() {
     # One option a line; comment and blank lines skipped.
     grep -Ev '^[[:space:]]*(#|$)' "$COMMON_OPTIONS_FILE" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//'
     # A node's binlog has the changes it applied from the others too: msgproxy may follow any node.
-    printf '%s\n' --log-slave-updates=ON
+    # No DNS lookup per connection (the nodes talk to each other and to clients on 127.0.0.1).
+    printf '%s\n' --log-slave-updates=ON --skip-name-resolve
 }
 
 galera_args() {

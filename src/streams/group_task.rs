@@ -378,7 +378,12 @@ impl StreamEngine {
                 }
                 Self::set_mode(group, mode);
             }
-            // Waiting, holding the lease: the saved progress stays as it was.
+            // Waiting, holding the lease: the saved progress stays as it was, but for the acks
+            // taken meanwhile by a state kept across a switch, which ride along.
+            if let Some((kept, _)) = Self::last_progress(group) {
+                progress.floor = kept.floor;
+                progress.acked = kept.acked;
+            }
             if last_renew.is_none_or(|t| t.elapsed() >= RENEW_EVERY) {
                 match self
                     .store

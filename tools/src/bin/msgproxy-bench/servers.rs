@@ -450,13 +450,17 @@ pub fn launch_mariadb(
     let dir = ServerDir::new(work);
     fs::create_dir_all(dir.tmp()).map_err(|e| format!("create {}: {e}", dir.tmp().display()))?;
     let mut cmd = launch::server_command(&programs()?, &dir, port);
-    cmd.arg(format!(
-        "--innodb-flush-log-at-trx-commit={}",
-        settings.flush_log_at_trx_commit
-    ))
-    .arg(format!("--sync-binlog={}", settings.sync_binlog))
-    .args(innodb_args(settings))
-    .args(&settings.extra_args);
+    // The bench's 32-connection runs and the checker's clients and proxies need more than the
+    // default 151 connections; no DNS lookup per connection.
+    cmd.arg("--max-connections=1000")
+        .arg("--skip-name-resolve")
+        .arg(format!(
+            "--innodb-flush-log-at-trx-commit={}",
+            settings.flush_log_at_trx_commit
+        ))
+        .arg(format!("--sync-binlog={}", settings.sync_binlog))
+        .args(innodb_args(settings))
+        .args(&settings.extra_args);
     if let Some(cpus) = &settings.cpus {
         cpus.pin_command(&mut cmd);
     }
