@@ -302,6 +302,12 @@ impl StreamEngine {
             group.key.schema, group.key.table, group.key.group
         );
         loop {
+            // The acks taken meanwhile by a state kept across a switch ride along with the
+            // progress (saved with the lease, and the start of a new state if this one is dropped).
+            if let Some((kept, _)) = Self::last_progress(group) {
+                progress.floor = kept.floor;
+                progress.acked = kept.acked;
+            }
             let server = switches.borrow_and_update().clone();
             let opts: Opts = server.target.mysql_async_opts().into();
             let verdict = async {
@@ -378,12 +384,8 @@ impl StreamEngine {
                 }
                 Self::set_mode(group, mode);
             }
-            // Waiting, holding the lease: the saved progress stays as it was, but for the acks
-            // taken meanwhile by a state kept across a switch, which ride along.
-            if let Some((kept, _)) = Self::last_progress(group) {
-                progress.floor = kept.floor;
-                progress.acked = kept.acked;
-            }
+            // Waiting, holding the lease: the saved progress stays as it was (but for the acks a
+            // kept state took, folded in above).
             if last_renew.is_none_or(|t| t.elapsed() >= RENEW_EVERY) {
                 match self
                     .store
