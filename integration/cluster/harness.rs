@@ -159,6 +159,21 @@ impl Servers {
     }
 
     /// A direct connection to node `i`.
+    /// Waits until the replica (node 2) has everything the primary (node 1) has, as a failover
+    /// tool would before promoting it.
+    pub async fn replica_caught_up(&self) {
+        let mut primary = self.direct(1).await;
+        let gtid: String = scalar(&mut primary, "SELECT @@gtid_binlog_pos").await;
+        drop(primary);
+        let mut replica = self.direct(2).await;
+        let waited: i64 = scalar(
+            &mut replica,
+            &format!("SELECT MASTER_GTID_WAIT('{gtid}', 30)"),
+        )
+        .await;
+        assert_eq!(waited, 0, "the replica did not catch up with {gtid}");
+    }
+
     pub async fn direct(&self, i: u16) -> Conn {
         Conn::new(opts(self.port(i), "root", None, Some("test")))
             .await

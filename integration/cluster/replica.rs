@@ -45,16 +45,7 @@ async fn failover_to_a_promoted_replica() {
 
     // The replica has everything (a failover tool would promote the most advanced replica;
     // what it lacks is the database's loss, docs/CLUSTERS.md).
-    let mut primary = servers.direct(1).await;
-    let gtid: String = scalar(&mut primary, "SELECT @@gtid_binlog_pos").await;
-    drop(primary);
-    let mut replica = servers.direct(2).await;
-    let waited: i64 = scalar(
-        &mut replica,
-        &format!("SELECT MASTER_GTID_WAIT('{gtid}', 30)"),
-    )
-    .await;
-    assert_eq!(waited, 0, "the replica did not catch up with {gtid}");
+    servers.replica_caught_up().await;
 
     servers.kill(1);
     servers.run(&["promote"]);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use mysql_async::Conn;
 
-use super::harness::{galera_available, run, scalar, Kind, Servers};
+use super::harness::{galera_available, run, Kind, Servers};
 use crate::messaging::harness::{connect, exec, Msg, Stream};
 use crate::support::{eventually, Proxy};
 
@@ -171,20 +171,6 @@ async fn a_group_saved_on_one_galera_node_is_taken_over_on_another() {
     s.close();
 }
 
-/// The replica's copy of everything, as a failover tool would wait for before promoting.
-async fn replica_caught_up(servers: &Servers) {
-    let mut primary = servers.direct(1).await;
-    let gtid: String = scalar(&mut primary, "SELECT @@gtid_binlog_pos").await;
-    drop(primary);
-    let mut replica = servers.direct(2).await;
-    let waited: i64 = scalar(
-        &mut replica,
-        &format!("SELECT MASTER_GTID_WAIT('{gtid}', 30)"),
-    )
-    .await;
-    assert_eq!(waited, 0, "the replica did not catch up with {gtid}");
-}
-
 /// One proxy in front of a primary and its replica: the primary dies, the test promotes the
 /// replica, and the group goes on there by itself, nothing acked sent again.
 #[tokio::test]
@@ -203,7 +189,7 @@ async fn a_group_follows_a_promotion_to_the_replica() {
     let more = s.recv_n(10, Duration::from_secs(30)).await;
     assert_eq!(rows(&more), (21..=30).collect());
     drop(primary);
-    replica_caught_up(&servers).await;
+    servers.replica_caught_up().await;
     servers.kill(1);
     servers.run(&["promote"]);
 
@@ -256,7 +242,7 @@ async fn a_promoted_replica_without_what_the_group_did_is_refused_until_seek() {
     let first = s.recv_n(5, Duration::from_secs(30)).await;
     ack(proxy.port(), &first).await;
     saved_with_gtid(&mut primary, first[4].id, &proxy).await;
-    replica_caught_up(&servers).await;
+    servers.replica_caught_up().await;
     let mut replica = servers.direct(2).await;
     run(&mut replica, "STOP SLAVE").await;
     // Read and acked on the primary only.
