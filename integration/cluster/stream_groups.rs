@@ -171,6 +171,118 @@ async fn a_group_saved_on_one_galera_node_is_taken_over_on_another() {
     s.close();
 }
 
+/// A group taken over on a node whose binlog no longer holds the group's place (as after a
+/// rejoin by SST, which starts a new binlog; here node 2 purges its binlog): the proxy on
+/// node 2 reads the group from node 1, whose binlog holds it, with nothing acked sent again and
+/// nothing skipped, and moves back to node 2 once node 2's binlog holds the group's place. Then
+/// node 2 purges the file the group was saved at, and a new proxy on node 2 reads it elsewhere
+/// again.
+#[tokio::test]
+async fn a_group_whose_place_the_node_in_use_purged_reads_from_another_node() {
+    if let Err(why) = galera_available() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let servers = Servers::start(Kind::Galera);
+    let a = Proxy::start(&servers.url(1), &[], None);
+    // Proxy B prefers node 2 and knows the others.
+    let b_backend = format!("{},{},{}", servers.url(2), servers.url(3), servers.url(1));
+    let b = Proxy::start(&b_backend, &[], None);
+    let mut n1 = servers.direct(1).await;
+    run(&mut n1, TABLE).await;
+    let mut s = open(&a).await;
+    insert(&mut n1, 1..=20, "first").await;
+    let first = s.recv_n(20, Duration::from_secs(30)).await;
+    assert_eq!(rows(&first), (1..=20).collect());
+    ack(a.port(), &first[..10]).await;
+    let mut n2 = servers.direct(2).await;
+    saved_with_gtid(&mut n2, first[9].id, &a).await;
+    a.kill();
+    s.close();
+    // Node 2 keeps only a new binlog file: the group's place (event 11) is not in it.
+    purge_binlog(&mut n2).await;
+    let mut n3 = servers.direct(3).await;
+    insert(&mut n3, 21..=30, "meanwhile").await;
+
+    // The dead proxy's lease runs out (10 s); node 2's proxy reads the group from node 1.
+    let want: BTreeSet<i64> = (11..=30).collect();
+    let (got, s) = collect_until(&b, None, &want, Duration::from_secs(60)).await;
+    let got_rows = rows(&got);
+    assert!(
+        got_rows.is_disjoint(&(1..=10).collect()),
+        "acked events sent again: {got_rows:?}"
+    );
+    assert_eq!(got_rows, want);
+    let before: BTreeMap<i64, i64> = by_event(&first[10..]);
+    let after: BTreeMap<i64, i64> = by_event(&got)
+        .into_iter()
+        .filter(|(_, row)| *row <= 20)
+        .collect();
+    assert_eq!(before, after, "the same event ids read from node 1");
+    assert!(
+        b.log().contains("whose binlog does, until that of"),
+        "node 2's proxy did not say it reads the group elsewhere\n{}",
+        b.log()
+    );
+
+    // Everything acked: the group's place is after the purge, in node 2's binlog; the group
+    // moves back there, and goes on with what is written after.
+    ack(b.port(), &got).await;
+    let moved_back = eventually(60, async || {
+        b.log()
+            .contains("the binlog of the server in use holds its place now")
+    })
+    .await;
+    assert!(
+        moved_back,
+        "the group did not move back to node 2\n{}",
+        b.log()
+    );
+    insert(&mut n2, 31..=35, "after").await;
+    let (later, s) =
+        collect_until(&b, Some(s), &(31..=35).collect(), Duration::from_secs(60)).await;
+    assert!(
+        rows(&later).is_disjoint(&(1..=30).collect()),
+        "acked events sent again after moving back: {:?}",
+        rows(&later)
+    );
+
+    // Saved at node 2's own file and offset; node 2 purges that file and a new proxy on node 2
+    // takes the group over: it reads the group from another node again.
+    ack(b.port(), &later).await;
+    let newest = later.iter().map(|m| m.id).max().expect("events came");
+    saved_with_gtid(&mut n2, newest, &b).await;
+    b.kill();
+    s.close();
+    purge_binlog(&mut n2).await;
+    insert(&mut n3, 36..=40, "last").await;
+    let c = Proxy::start(&b_backend, &[], None);
+    let (last, s) = collect_until(&c, None, &(36..=40).collect(), Duration::from_secs(60)).await;
+    assert_eq!(
+        rows(&last),
+        (36..=40).collect(),
+        "only the unacked events after the purge"
+    );
+    assert!(
+        c.log().contains("no longer holds its place"),
+        "the new proxy did not say it reads the group elsewhere\n{}",
+        c.log()
+    );
+    s.close();
+}
+
+/// Node `conn`'s binlog starts a new file and drops the older ones.
+async fn purge_binlog(conn: &mut Conn) {
+    run(conn, "FLUSH BINARY LOGS").await;
+    let row: mysql_async::Row = conn
+        .query_first("SHOW MASTER STATUS")
+        .await
+        .unwrap()
+        .expect("the node writes a binlog");
+    let file: String = row.get(0).expect("SHOW MASTER STATUS names its file");
+    run(conn, &format!("PURGE BINARY LOGS TO '{file}'")).await;
+}
+
 /// One proxy in front of a primary and its replica: the primary dies, the test promotes the
 /// replica, and the group goes on there by itself, nothing acked sent again.
 #[tokio::test]

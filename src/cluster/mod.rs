@@ -114,6 +114,19 @@ impl Backends {
             .collect()
     }
 
+    /// The configured servers other than the one in use, in the configured order: where a
+    /// stream group may read a stretch of binlog that the server in use no longer holds
+    /// (a Galera node that rejoined by SST starts a new binlog).
+    pub fn others(&self) -> Vec<BackendTarget> {
+        let in_use = self.current.borrow().index;
+        self.targets
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != in_use)
+            .map(|(_, t)| t.clone())
+            .collect()
+    }
+
     /// Whether there is more than one server to choose from.
     pub fn is_cluster(&self) -> bool {
         self.targets.len() > 1

@@ -17,13 +17,33 @@ use crate::streams::resume::{self, Anchor, Decision, Done, GtidTracker, LocateEr
 /// transactions) looks again.
 const PLACE_RETRY: Duration = Duration::from_secs(1);
 
+/// How often a group reading from another server than the one in use (whose binlog lacks the
+/// group's place) looks whether the server in use's binlog holds it by now.
+const HOME_AGAIN_EVERY: Duration = Duration::from_secs(10);
+
+/// How long asking one other server whether its binlog holds a group's place may take.
+const ASK_OTHER_LIMIT: Duration = Duration::from_secs(3);
+
 /// Where a serving group reads: the server its file and offset belong to (by switch count, and
 /// how to connect to it), and what is saved with them to resume elsewhere.
 struct Placement {
+    /// The switch count of the server in use when the group was placed.
     generation: u64,
+    /// The server the group reads from: the server in use, or (see `elsewhere`) another one.
     opts: Opts,
     anchor: Anchor,
     gtid: GtidTracker,
+    /// `Some(identity)` when the group reads from another server than the one in use, because
+    /// the binlog of the one in use does not hold the group's place (a Galera node that rejoined
+    /// by SST starts a new binlog; a server that purged it): the group reads there alone (the
+    /// table's shared reader reads the server in use, whose positions are not this one's) and
+    /// moves back by GTID once the server in use's binlog holds its place.
+    elsewhere: Option<String>,
+    /// When the group last looked whether it can move back to the server in use.
+    home_tried: Instant,
+    /// Whether another server was looked for because the binlog of the server in use lost the
+    /// group's place, and none found: the reader's failure then stands.
+    elsewhere_tried: bool,
 }
 
 impl Placement {
@@ -34,6 +54,9 @@ impl Placement {
             opts,
             anchor,
             gtid,
+            elsewhere: None,
+            home_tried: Instant::now(),
+            elsewhere_tried: false,
         }
     }
 
@@ -173,9 +196,18 @@ impl StreamEngine {
         let mut anchor = row.anchor;
         // Built from the durable row below; kept from here on only across a backend switch.
         group.lock().state = None;
+        let mut not_here = false;
         loop {
             Self::set_mode(group, Mode::Starting);
-            let mut placement = match self.place(group, &mut progress, anchor.clone()).await {
+            let placed = self
+                .place(
+                    group,
+                    &mut progress,
+                    anchor.clone(),
+                    std::mem::take(&mut not_here),
+                )
+                .await;
+            let mut placement = match placed {
                 Placed::Ready(p) => p,
                 Placed::Seek((to, server)) => {
                     progress = to;
@@ -209,16 +241,19 @@ impl StreamEngine {
             group.changed.notify_waiters();
             // The group reads alone from where it must resume, and hands over to the table's
             // shared reader once it has caught up with it.
+            let follow_shared = placement.elsewhere.is_none();
             let mut sources = Sources {
                 own: Some(self.own_reader(group, &placement.opts, progress.resume.clone())),
-                shared: self.shared.subscribe(
-                    &group.key.schema,
-                    &group.key.table,
-                    placement.generation,
-                ),
+                shared: if follow_shared {
+                    self.shared
+                        .subscribe(&group.key.schema, &group.key.table, placement.generation)
+                } else {
+                    None
+                },
                 ahead: VecDeque::new(),
                 opts: placement.opts.clone(),
                 generation: placement.generation,
+                follow_shared,
             };
             let end = self.deliver(group, &mut sources, &mut placement).await;
             sources.stop_own();
@@ -237,7 +272,14 @@ impl StreamEngine {
                     }
                     return Served::Stopped;
                 }
-                Delivered::Switched => {
+                Delivered::PositionGone => {
+                    not_here = true;
+                    if let Some((p, d)) = Self::last_progress(group) {
+                        progress = p;
+                        anchor = placement.anchor_now(d);
+                    }
+                }
+                Delivered::Switched | Delivered::Home => {
                     // Saved first (to the new server's copy of the table): a proxy that takes
                     // the group over from here on any server starts where this one stopped.
                     let mut done = None;
@@ -254,10 +296,15 @@ impl StreamEngine {
                         tracing::debug!("saving group {:?} at a switch: {e}", group.key);
                     }
                     info!(
-                        "group '{}' of `{}`.`{}`: the backend in use changed; resuming there from {}",
+                        "group '{}' of `{}`.`{}`: {}; resuming there from {}",
                         group.key.group,
                         group.key.schema,
                         group.key.table,
+                        if matches!(end, Delivered::Home) {
+                            "the binlog of the server in use holds its place now"
+                        } else {
+                            "the backend in use changed"
+                        },
                         resume::describe(&progress.resume, &anchor)
                     );
                     // The state stays (acks go on being taken while the group is placed on the
@@ -286,6 +333,7 @@ impl StreamEngine {
         group: &Arc<Group>,
         progress: &mut Progress,
         mut anchor: Anchor,
+        not_here: bool,
     ) -> Placed {
         let mut switches = self.backends.subscribe();
         let mut behind_since: Option<Instant> = None;
@@ -325,8 +373,27 @@ impl StreamEngine {
             .await;
             let problem = match verdict {
                 Ok((here, Decision::Here)) => {
+                    // The file and offset are the server's own, but its binlog no longer holds
+                    // them (purged, or a node that rejoined by SST and wrote a new binlog):
+                    // another server's binlog may hold the place by GTID.
+                    if not_here && anchor.gtid.is_some() {
+                        if let Some(other) = self.read_elsewhere(&anchor).await {
+                            info!(
+                                "{name}: the binlog of {here} no longer holds its place {}; reading from {}, whose binlog does, until that of {here} does",
+                                progress.resume, other.identity
+                            );
+                            return Placed::Ready(other.placement(
+                                server.generation,
+                                progress,
+                                anchor,
+                            ));
+                        }
+                    }
                     anchor.server = Some(here);
-                    return Placed::Ready(Placement::new(server.generation, opts, anchor));
+                    let mut placement = Placement::new(server.generation, opts, anchor);
+                    // Looked for in vain: the reader's failure stands this time.
+                    placement.elsewhere_tried = not_here;
+                    return Placed::Ready(placement);
                 }
                 Ok((here, Decision::ByGtid(state))) => match resume::locate(&opts, &state).await {
                     Ok(at) => {
@@ -338,10 +405,23 @@ impl StreamEngine {
                         anchor.server = Some(here);
                         return Placed::Ready(Placement::new(server.generation, opts, anchor));
                     }
-                    Err(LocateError::Missing(why)) => Some(Mode::Failed(format!(
-                        "{name} cannot resume on {here}: it was saved on {} after GTID {state}, and this server's binlog does not have those transactions ({why}); going on would skip events or give new ones the ids of events already done. {seek_hint}",
-                        anchor.server.as_deref().unwrap_or("another server")
-                    ))),
+                    Err(LocateError::Missing(why)) => match self.read_elsewhere(&anchor).await {
+                        Some(other) => {
+                            info!(
+                                "{name}: the binlog of {here} does not hold its place ({why}); reading from {}, whose binlog does, until that of {here} does",
+                                other.identity
+                            );
+                            return Placed::Ready(other.placement(
+                                server.generation,
+                                progress,
+                                anchor,
+                            ));
+                        }
+                        None => Some(Mode::Failed(format!(
+                            "{name} cannot resume on {here}: it was saved on {} after GTID {state}, and this server's binlog does not have those transactions ({why}), nor does that of any other configured server; going on would skip events or give new ones the ids of events already done. {seek_hint}",
+                            anchor.server.as_deref().unwrap_or("another server")
+                        ))),
+                    },
                     Err(LocateError::Other(e)) => {
                         tracing::debug!("{name}: finding GTID {state} on {here}: {e}");
                         None
@@ -496,6 +576,13 @@ impl StreamEngine {
                         Self::set_mode(group, Mode::Gone(why));
                         return Delivered::Stopped;
                     }
+                    Some(ReaderMsg::Failed(ReaderError::PositionGone { .. }))
+                        if self.backends.is_cluster()
+                            && placement.elsewhere.is_none()
+                            && !placement.elsewhere_tried =>
+                    {
+                        return Delivered::PositionGone;
+                    }
                     Some(ReaderMsg::Failed(e)) => {
                         reading = false;
                         let why = self.failure_message(group, &e).await;
@@ -558,12 +645,91 @@ impl StreamEngine {
                             }
                         }
                     }
+                    if placement.elsewhere.is_some()
+                        && placement.home_tried.elapsed() >= HOME_AGAIN_EVERY
+                    {
+                        placement.home_tried = Instant::now();
+                        let anchor = placement.anchor_now(done);
+                        if self.home_holds(&anchor).await {
+                            return Delivered::Home;
+                        }
+                    }
                     if self.give_up_if_idle(group) {
                         return Delivered::Stopped;
                     }
                 }
             }
         }
+    }
+
+    /// Another configured server whose binlog holds the group's place (saved as `anchor`), for
+    /// a group whose place the server in use's binlog lacks; the first in the configured order.
+    async fn read_elsewhere(&self, anchor: &Anchor) -> Option<OtherServer> {
+        for target in self.backends.others() {
+            let opts: Opts = target.mysql_async_opts().into();
+            let asked = tokio::time::timeout(ASK_OTHER_LIMIT, async {
+                let mut conn = mysql_async::Conn::new(opts.clone())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let identity = resume::identify(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let gtids = resume::server_gtids(&mut conn)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let _ = conn.disconnect().await;
+                let at = match resume::decide(anchor, &identity, &gtids) {
+                    // The saved file and offset are that server's own.
+                    Decision::Here => None,
+                    Decision::ByGtid(state) => Some(
+                        resume::locate(&opts, &state)
+                            .await
+                            .map_err(|e| e.to_string())?,
+                    ),
+                    other => return Err(format!("{other:?}")),
+                };
+                Ok::<_, String>(OtherServer {
+                    identity,
+                    opts: opts.clone(),
+                    at,
+                })
+            })
+            .await;
+            match asked {
+                Ok(Ok(other)) => return Some(other),
+                Ok(Err(why)) => {
+                    tracing::debug!(
+                        "{}: cannot read a group's place there: {why}",
+                        target.address()
+                    )
+                }
+                Err(_) => tracing::debug!("{}: no answer in time", target.address()),
+            }
+        }
+        None
+    }
+
+    /// Whether the binlog of the server in use holds the place of a group saved as `anchor`
+    /// (read elsewhere until now).
+    async fn home_holds(&self, anchor: &Anchor) -> bool {
+        let asked = tokio::time::timeout(ASK_OTHER_LIMIT, async {
+            let here = self.here().await.map_err(|e| e.message)?;
+            let opts = self.reader_opts();
+            let mut conn = mysql_async::Conn::new(opts.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            let gtids = resume::server_gtids(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            let _ = conn.disconnect().await;
+            match resume::decide(anchor, &here, &gtids) {
+                Decision::Here => Ok(true),
+                Decision::ByGtid(state) => Ok(resume::locate(&opts, &state).await.is_ok()),
+                _ => Ok::<_, String>(false),
+            }
+        })
+        .await;
+        matches!(asked, Ok(Ok(true)))
     }
 
     /// The message for a reader that stopped for good.
@@ -706,9 +872,11 @@ impl StreamEngine {
             return;
         };
         sources.ahead.clear();
-        sources.shared =
-            self.shared
-                .subscribe(&group.key.schema, &group.key.table, sources.generation);
+        if sources.follow_shared {
+            sources.shared =
+                self.shared
+                    .subscribe(&group.key.schema, &group.key.table, sources.generation);
+        }
         sources.stop_own();
         sources.own = Some(self.own_reader(group, &sources.opts, from));
     }
@@ -736,6 +904,30 @@ struct Sources {
     /// reader only of that server (switch `generation`).
     opts: Opts,
     generation: u64,
+    /// Whether the group follows the table's shared reader at all: not while it reads from
+    /// another server than the one in use (`Placement::elsewhere`).
+    follow_shared: bool,
+}
+
+/// Another server whose binlog holds a group's place: who it is, how to reach it, and the
+/// file and offset there (`None`: the saved ones, which are that server's).
+struct OtherServer {
+    identity: String,
+    opts: Opts,
+    at: Option<BinlogPosition>,
+}
+
+impl OtherServer {
+    /// The group placed there (`generation`: the server in use's switch count).
+    fn placement(self, generation: u64, progress: &mut Progress, mut anchor: Anchor) -> Placement {
+        if let Some(at) = self.at {
+            progress.resume = at;
+        }
+        anchor.server = Some(self.identity.clone());
+        let mut placement = Placement::new(generation, self.opts, anchor);
+        placement.elsewhere = Some(self.identity);
+        placement
+    }
 }
 
 impl Sources {
@@ -780,4 +972,10 @@ enum Delivered {
     Stopped,
     /// The backend in use changed: the group moves to the new server.
     Switched,
+    /// The group read from another server, and the server in use's binlog now holds its
+    /// place: it moves back there.
+    Home,
+    /// The binlog of the server in use no longer holds the group's place (its own file and
+    /// offset): it looks for another server's binlog that does.
+    PositionGone,
 }
