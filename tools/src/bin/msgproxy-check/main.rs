@@ -68,10 +68,6 @@ const TABLE: &str = "chk_messages";
 /// Proxies in front of one server, and of a primary with its replica (a Galera run has one per
 /// node).
 const PROXIES: usize = 2;
-/// Whether the streams workload runs by default under `--cluster`. Not yet: a Galera node that
-/// rejoins by a full state transfer starts a new binlog, and groups placed on it cannot resume
-/// (docs/CHECKING.md, "What it found").
-const STREAMS_ON_A_CLUSTER: bool = false;
 /// Time before the first fault, so that messages flow first.
 const WARM_UP: Duration = Duration::from_secs(2);
 
@@ -139,7 +135,7 @@ struct Opts {
     keep_workdir: bool,
     /// The workloads to run side by side, comma-separated: `messages` (a message table),
     /// `streams` (event streams: two stream tables, two consumer groups each), `fifo` (FIFO
-    /// groups with dead letters) [default: all three; under --cluster messages,fifo].
+    /// groups with dead letters) [default: all three].
     #[arg(long, value_parser = parse_workloads)]
     workloads: Option<Workloads>,
     /// Competing consumers in each consumer group of the streams workload.
@@ -199,18 +195,12 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl Opts {
-    /// The workloads asked for, or the default: all, but under `--cluster` not the streams one
-    /// until stream groups pass on a cluster ([`STREAMS_ON_A_CLUSTER`]).
+    /// The workloads asked for, or the default: all.
     fn workloads(&self) -> Workloads {
         if let Some(w) = &self.workloads {
             return w.clone();
         }
-        let mut all =
-            parse_workloads("messages,streams,fifo").unwrap_or(Workloads(BTreeSet::new()));
-        if self.cluster.is_some() && !STREAMS_ON_A_CLUSTER {
-            all.0.remove("streams");
-        }
-        all
+        parse_workloads("messages,streams,fifo").unwrap_or(Workloads(BTreeSet::new()))
     }
 
     /// How many proxies run: one per Galera node, else two.
@@ -292,9 +282,6 @@ fn run(opts: &Opts) -> Result<bool, String> {
     println!("msgproxy-check: seed {seed} (replay the fault schedule with --seed {seed})");
     let workloads = opts.workloads();
     let w = &workloads;
-    if opts.cluster.is_some() && opts.workloads.is_none() && !STREAMS_ON_A_CLUSTER {
-        println!("msgproxy-check: warning: the streams workload is off under --cluster (a Galera node that rejoins by a full state transfer loses its binlog history, and stream groups on it cannot resume: docs/CHECKING.md, What it found); --workloads messages,streams,fifo turns it on");
-    }
     let proxy_count = opts.proxies();
     let producer_count = opts.producers.max(proxy_count);
     let fifo_moved = match opts.fifo_dead_letters.as_str() {
