@@ -283,6 +283,53 @@ async fn purge_binlog(conn: &mut Conn) {
     run(conn, &format!("PURGE BINARY LOGS TO '{file}'")).await;
 }
 
+/// A group saved before its first GTID answer (its row names the server but has no GTID state)
+/// taken over by a proxy on another node: it is read from the node it was saved on, nothing acked
+/// sent again, nothing skipped.
+#[tokio::test]
+async fn a_group_saved_without_its_gtid_state_is_read_from_the_node_it_was_saved_on() {
+    if let Err(why) = galera_available() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let servers = Servers::start(Kind::Galera);
+    let a = Proxy::start(&servers.url(1), &[], None);
+    let b_backend = format!("{},{},{}", servers.url(2), servers.url(3), servers.url(1));
+    let b = Proxy::start(&b_backend, &[], None);
+    let mut n1 = servers.direct(1).await;
+    run(&mut n1, TABLE).await;
+    let mut s = open(&a).await;
+    insert(&mut n1, 1..=10, "first").await;
+    let first = s.recv_n(10, Duration::from_secs(30)).await;
+    ack(a.port(), &first[..5]).await;
+    let mut n2 = servers.direct(2).await;
+    saved_with_gtid(&mut n2, first[4].id, &a).await;
+    a.kill();
+    s.close();
+    run(
+        &mut n2,
+        "UPDATE test.msgproxy_stream_groups SET resume_gtid = NULL WHERE group_name = 'g'",
+    )
+    .await;
+    let mut n3 = servers.direct(3).await;
+    insert(&mut n3, 11..=15, "meanwhile").await;
+
+    let want: BTreeSet<i64> = (6..=15).collect();
+    let (got, s) = collect_until(&b, None, &want, Duration::from_secs(60)).await;
+    let got_rows = rows(&got);
+    assert!(
+        got_rows.is_disjoint(&(1..=5).collect()),
+        "acked events sent again: {got_rows:?}"
+    );
+    assert_eq!(got_rows, want);
+    assert!(
+        b.log().contains("without its GTID state; reading from"),
+        "node 2's proxy did not say where it reads the group\n{}",
+        b.log()
+    );
+    s.close();
+}
+
 /// One proxy in front of a primary and its replica: the primary dies, the test promotes the
 /// replica, and the group goes on there by itself, nothing acked sent again.
 #[tokio::test]

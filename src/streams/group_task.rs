@@ -439,10 +439,27 @@ impl StreamEngine {
                         ))
                     })
                 }
-                Ok((here, Decision::NoGtid { server: saved_on })) => Some(Mode::Failed(format!(
-                    "{name} cannot resume on {here}: it was saved at {} on {saved_on} without the GTID state to find that place on another server (MariaDB GTIDs are needed). {seek_hint}",
-                    progress.resume
-                ))),
+                // Saved before its first GTID answer: the server it was saved on, if it is
+                // configured and up, still reads its file and offset.
+                Ok((here, Decision::NoGtid { server: saved_on })) => {
+                    match self.read_elsewhere(&anchor).await {
+                        Some(other) => {
+                            info!(
+                                "{name}: saved at {} on {saved_on} without its GTID state; reading from {}, until the binlog of {here} holds its place",
+                                progress.resume, other.identity
+                            );
+                            return Placed::Ready(other.placement(
+                                server.generation,
+                                progress,
+                                anchor,
+                            ));
+                        }
+                        None => Some(Mode::Failed(format!(
+                            "{name} cannot resume on {here}: it was saved at {} on {saved_on} without the GTID state to find that place on another server (MariaDB GTIDs are needed), and {saved_on} is not a configured server that answers. {seek_hint}",
+                            progress.resume
+                        ))),
+                    }
+                }
                 Err(e) => {
                     tracing::debug!("{name}: asking the server in use where to resume: {e}");
                     None
