@@ -1235,11 +1235,11 @@ mod tests {
         assert_eq!(galera.cluster, Some(Topology::Galera));
         assert_eq!(galera.proxies(), 3);
         assert_eq!(galera.server_faults(), ServerFaults::Galera { nodes: 3 });
-        // Streams off by default on a cluster, on when asked for.
+        // All three workloads by default on a cluster too; only the ones asked for otherwise.
         let w = galera.workloads();
-        assert!(w.has("messages") && w.has("fifo") && !w.has("streams"));
+        assert!(w.has("messages") && w.has("fifo") && w.has("streams"));
         let asked = parse(&["--cluster", "galera", "--workloads", "streams"]).unwrap();
-        assert!(asked.workloads().has("streams"));
+        assert!(asked.workloads().has("streams") && !asked.workloads().has("fifo"));
 
         let replica = parse(&["--cluster=replica"]).unwrap();
         assert_eq!(replica.proxies(), 2);
