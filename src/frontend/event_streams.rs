@@ -20,7 +20,7 @@ use crate::protocol::packet::write_packet;
 use crate::protocol::wire::{ok_packet, ErrorPacket};
 use crate::relay::ResponseKind;
 use crate::sql::{StartAt, StreamStatement, StreamStatementError, TableName};
-use crate::streams::engine::{GroupInfo, StreamEngine, StreamError};
+use crate::streams::engine::{Acked, GroupInfo, StreamEngine, StreamError, ACK_ANSWER_WAIT};
 use crate::streams::locate::Target;
 use crate::streams::registry::{StreamLookup, StreamTable};
 use crate::streams::serve::{self, StreamSpec};
@@ -111,7 +111,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     return Ok(());
                 };
                 match engine.ack(&key_of(&def, group), &ids).await {
-                    Ok(n) => self.reply_ok(n).await,
+                    Ok(Acked::Applied(n)) => self.reply_ok(n).await,
+                    Ok(Acked::Queued { owner }) => self.reply_queued(&owner).await,
                     Err(e) => self.stream_error(e).await,
                 }
             }
@@ -271,12 +272,43 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 
     async fn reply_ok(&mut self, affected: u64) -> Result<(), SessionEnd> {
-        let ok = ok_packet(affected, 0, self.relay.status, 0);
+        self.reply_ok_warned(affected, 0).await
+    }
+
+    async fn reply_ok_warned(&mut self, affected: u64, warnings: u16) -> Result<(), SessionEnd> {
+        let ok = ok_packet(affected, 0, self.relay.status, warnings);
         write_packet(self.client.get_mut(), self.relay.next_seq, &ok)
             .await
             .map_err(SessionEnd::Client)?;
         Ok(())
     }
+
+    /// An `ACK` queued for the proxy `owner` serving the group, which did not answer in time:
+    /// OK with 0 affected rows and a warning saying so. `SHOW WARNINGS` goes to the session's
+    /// server, so the warning is raised there (a `SIGNAL` of class 01 is a warning, not an
+    /// error; it replaces the warnings of the session's previous statement, as any statement's
+    /// would).
+    async fn reply_queued(&mut self, owner: &str) -> Result<(), SessionEnd> {
+        tracing::info!("an ACK through this proxy was queued for {owner}, which did not answer");
+        let warning = queued_warning();
+        match self.backend.query(&warning, self.deprecate_eof()).await {
+            Ok(crate::backend::QueryOutcome::Ok { .. }) => self.reply_ok_warned(0, 1).await,
+            // The server would not raise it: the answer still says nothing was acked yet.
+            Ok(_) => self.reply_ok(0).await,
+            Err(e) => Err(SessionEnd::Backend(std::io::Error::other(e.to_string()))),
+        }
+    }
+}
+
+/// The `SIGNAL` that leaves the queued-`ACK` warning on the session's server. Its text names
+/// no client input (the statement named the group) and stays within the 128 characters MySQL
+/// allows a condition's `MESSAGE_TEXT`.
+fn queued_warning() -> String {
+    format!(
+        "SIGNAL SQLSTATE '01000' SET MESSAGE_TEXT = 'ACK queued: the msgproxy serving the group did not answer within {} ms; it or its successor applies it', MYSQL_ERRNO = {}",
+        ACK_ANSWER_WAIT.as_millis(),
+        crate::protocol::commands::ER_UNKNOWN_ERROR
+    )
 }
 
 fn key_of(def: &StreamTable, group: String) -> GroupKey {
@@ -343,4 +375,22 @@ fn show_stream_groups_sql(groups: &[GroupInfo]) -> String {
         );
     }
     sql
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queued_warning_fits_a_condition_message() {
+        let sql = queued_warning();
+        let text = sql
+            .split_once("MESSAGE_TEXT = '")
+            .and_then(|(_, rest)| rest.split_once('\''))
+            .map(|(text, _)| text)
+            .unwrap_or_default();
+        assert!(text.starts_with("ACK queued"), "{sql}");
+        assert!(text.chars().count() <= 128, "{text}");
+        assert!(sql.starts_with("SIGNAL SQLSTATE '01000'"), "{sql}");
+    }
 }

@@ -10,6 +10,11 @@
 //! proxy is gone. A group with no streams and nothing in flight for [`IDLE_AFTER`] gives its
 //! lease up and stops reading.
 //!
+//! An `ACK` through the serving proxy is applied to the group's state at once, with no backend
+//! round trip. Through another proxy it is queued in the requests table (`ack_requests.rs`) and
+//! answered by the serving proxy's poller (`ack_poller.rs`) within about 50 ms; a proxy taking a
+//! group over applies what was queued for its predecessor first.
+//!
 //! Everything follows the backend in use (`crate::cluster`): the store's pool, the readers, and
 //! at a switch every serving group saves, and resumes on the new server by GTID (`resume.rs`).
 
@@ -23,6 +28,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use super::ack_requests::{self, AckRequests};
 use super::filter;
 use super::group::{GroupState, Progress, StreamId};
 use super::locate::{self, Target};
@@ -45,6 +51,22 @@ const CLAIM_EVERY: Duration = Duration::from_millis(500);
 const IDLE_AFTER: Duration = Duration::from_secs(2);
 /// How often the stream tables are read again.
 const RELOAD_EVERY: Duration = Duration::from_secs(10);
+/// How long an `ACK` through a proxy that does not serve the group waits for the serving
+/// proxy's answer before it answers "queued" (the serving proxy reads requests every
+/// [`ack_requests::POLL_EVERY`]; longer means it is dying or its lease is moving).
+pub const ACK_ANSWER_WAIT: Duration = Duration::from_secs(1);
+/// How often that `ACK` looks for the answer.
+const ANSWER_POLL_EVERY: Duration = Duration::from_millis(10);
+
+/// What an `ACK` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acked {
+    /// Applied to the group's state (here, or by the serving proxy): events newly acked.
+    Applied(u64),
+    /// Handed to the proxy `owner` serving the group, which did not answer in time: it, or the
+    /// next proxy to serve the group, applies it when it reads it.
+    Queued { owner: String },
+}
 
 /// Why a statement on a group failed: the error to send (code, SQLSTATE, message).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,6 +191,28 @@ impl Group {
         (!batch.is_empty()).then_some(batch)
     }
 
+    /// Applies an `ACK` to the group's state if this proxy serves it: how many were newly
+    /// acked, or `None` when it does not (no state: waiting for the lease, or being given up).
+    pub fn ack_here(&self, ids: &[u64]) -> Option<u64> {
+        let mut inner = self.lock();
+        // The state exists while this proxy holds the lease (a group being given up takes no
+        // more acks: its last save may be done).
+        if matches!(inner.mode, Mode::Gone(_)) {
+            return None;
+        }
+        let state = inner.state.as_mut()?;
+        let n = state.ack(ids);
+        // Streams wait for events, or for room under max_unacked: an ack matters to them only
+        // when events wait (a stream may have room for them now). Waking every stream of the
+        // group at every ACK cost two thread wake-ups an event.
+        let wake = n > 0 && state.has_waiting();
+        drop(inner);
+        if wake {
+            self.changed.notify_waiters();
+        }
+        Some(n)
+    }
+
     /// A stream leaves: what it held is sent again.
     pub fn leave(&self, stream: StreamId) {
         let mut inner = self.lock();
@@ -237,6 +281,8 @@ pub struct StreamEngine {
     here: tokio::sync::Mutex<Option<(u64, String)>>,
     registry: Registry,
     store: Store,
+    /// `ACK`s handed between proxies (`ack_requests.rs`).
+    requests: AckRequests,
     groups: Mutex<HashMap<GroupKey, Arc<Group>>>,
     /// This proxy's name in leases: host, process and a random part.
     pub me: String,
@@ -280,6 +326,7 @@ impl StreamEngine {
         );
         let engine = Arc::new(StreamEngine {
             store: Store::new(pool.clone(), groups_table),
+            requests: AckRequests::new(pool.clone(), groups_table),
             pool,
             backends: backends.clone(),
             here: tokio::sync::Mutex::new(None),
@@ -310,6 +357,7 @@ impl StreamEngine {
                 }
             }
         });
+        tokio::spawn(engine.clone().answer_requests());
         engine
     }
 
@@ -361,7 +409,10 @@ impl StreamEngine {
 
     async fn ready(&self) -> Result<(), StreamError> {
         self.table_ready
-            .get_or_try_init(|| async { self.store.ensure_table().await })
+            .get_or_try_init(|| async {
+                self.store.ensure_table().await?;
+                self.requests.ensure_table().await
+            })
             .await
             .map(|_| ())
             .map_err(StreamError::backend)
@@ -513,31 +564,18 @@ impl StreamEngine {
         Ok((group, stream))
     }
 
-    /// `ACK t GROUP 'g' ids`: how many were newly acked. The group must be served here.
-    pub async fn ack(&self, key: &GroupKey, ids: &[u64]) -> Result<u64, StreamError> {
+    /// `ACK t GROUP 'g' ids`: how many were newly acked. Through the proxy serving the group
+    /// it is applied at once; through another it is handed to the serving proxy
+    /// (`ack_requests.rs`) and its answer awaited for at most [`ACK_ANSWER_WAIT`].
+    pub async fn ack(&self, key: &GroupKey, ids: &[u64]) -> Result<Acked, StreamError> {
         let group = self
             .groups
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(key)
             .cloned();
-        if let Some(group) = group {
-            let mut inner = group.lock();
-            // The state exists while this proxy holds the lease (a group being given up takes
-            // no more acks: its last save may be done).
-            let gone = matches!(inner.mode, Mode::Gone(_));
-            if let (Some(state), false) = (inner.state.as_mut(), gone) {
-                let n = state.ack(ids);
-                // Streams wait for events, or for room under max_unacked: an ack matters to
-                // them only when events wait (a stream may have room for them now). Waking
-                // every stream of the group at every ACK cost two thread wake-ups an event.
-                let wake = n > 0 && state.has_waiting();
-                drop(inner);
-                if wake {
-                    group.changed.notify_waiters();
-                }
-                return Ok(n);
-            }
+        if let Some(n) = group.and_then(|g| g.ack_here(ids)) {
+            return Ok(Acked::Applied(n));
         }
         self.ready().await?;
         match self.store.load(key).await.map_err(StreamError::backend)? {
@@ -545,16 +583,9 @@ impl StreamEngine {
             // first events, or after a failed move; nothing is in flight then.)
             Some(GroupRow {
                 owner: Some(owner), ..
-            }) if owner != self.me => Err(StreamError::new(
-                crate::protocol::commands::ER_UNKNOWN_ERROR,
-                "HY000",
-                format!(
-                    "group '{}' is served by the msgproxy {owner}: ACK through that proxy (the one its STREAM connections use)",
-                    key.group
-                ),
-            )),
+            }) if owner != self.me => self.ack_through(key, ids, owner).await,
             // Nobody serves it, so nothing of it is in flight: nothing to ack.
-            Some(_) => Ok(0),
+            Some(_) => Ok(Acked::Applied(0)),
             None => Err(StreamError::new(
                 crate::protocol::commands::ER_UNKNOWN_ERROR,
                 "HY000",
@@ -563,6 +594,36 @@ impl StreamEngine {
                     key.group, key.schema, key.table
                 ),
             )),
+        }
+    }
+
+    /// An `ACK` of a group another proxy (`owner`) serves: queued for it in the requests table
+    /// (durable from then on), then its answer, polled for until [`ACK_ANSWER_WAIT`].
+    async fn ack_through(
+        &self,
+        key: &GroupKey,
+        ids: &[u64],
+        owner: String,
+    ) -> Result<Acked, StreamError> {
+        let request = self
+            .requests
+            .submit(key, ids, &self.me)
+            .await
+            .map_err(StreamError::backend)?;
+        let deadline = Instant::now() + ACK_ANSWER_WAIT;
+        loop {
+            // (No look at once: the serving proxy reads requests every 50 ms.)
+            tokio::time::sleep(ANSWER_POLL_EVERY).await;
+            // Read errors are waited out like a missing answer: the request is written, and the
+            // serving proxy (or its successor) applies it whatever this one learns.
+            match self.requests.answer_of(request).await {
+                Ok(Some(n)) => return Ok(Acked::Applied(n)),
+                Ok(None) => {}
+                Err(e) => tracing::debug!("reading the answer to ACK request {request}: {e}"),
+            }
+            if Instant::now() >= deadline {
+                return Ok(Acked::Queued { owner });
+            }
         }
     }
 
@@ -657,6 +718,10 @@ impl StreamEngine {
     pub async fn drop_group(&self, key: &GroupKey) -> Result<bool, StreamError> {
         self.ready().await?;
         let existed = self.store.delete(key).await.map_err(StreamError::backend)?;
+        self.requests
+            .forget(key)
+            .await
+            .map_err(StreamError::backend)?;
         let group = self
             .groups
             .lock()
@@ -734,3 +799,6 @@ impl StreamEngine {
 
 #[path = "group_task.rs"]
 mod group_task;
+
+#[path = "ack_poller.rs"]
+mod ack_poller;

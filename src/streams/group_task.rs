@@ -194,6 +194,10 @@ impl StreamEngine {
         };
         let mut progress = row.progress;
         let mut anchor = row.anchor;
+        // ACKs queued through other proxies while another served the group (or none did).
+        if let Err(end) = self.fold_queued_acks(group, &mut progress, &anchor).await {
+            return end;
+        }
         // Built from the durable row below; kept from here on only across a backend switch.
         group.lock().state = None;
         let mut not_here = false;
@@ -590,6 +594,9 @@ impl StreamEngine {
                         if let Err(e) = self.store.delete(&group.key).await {
                             warn!("forgetting group {:?} of a dropped table: {e}", group.key);
                         }
+                        if let Err(e) = self.requests.forget(&group.key).await {
+                            warn!("forgetting the ACK requests of group {:?}: {e}", group.key);
+                        }
                         Self::set_mode(group, Mode::Gone(why));
                         return Delivered::Stopped;
                     }
@@ -978,7 +985,7 @@ async fn next_piece(
     }
 }
 
-enum Served {
+pub(super) enum Served {
     LostLease,
     Stopped,
 }
