@@ -13,11 +13,7 @@ use crate::messaging::harness::{connect, ids};
 
 /// `ACK` of `ids` on `conn` (through the proxy that does not serve the group): the affected
 /// rows, the warnings count, and how long it took.
-async fn ack_timed(
-    conn: &mut mysql_async::Conn,
-    group: &str,
-    ids: &[i64],
-) -> (u64, u16, Duration) {
+async fn ack_timed(conn: &mut mysql_async::Conn, group: &str, ids: &[i64]) -> (u64, u16, Duration) {
     let started = Instant::now();
     let n = ack(conn, "orders_events", group, ids).await;
     (n, conn.get_warnings(), started.elapsed())
@@ -52,11 +48,18 @@ async fn an_ack_through_the_other_proxy_is_applied_by_the_serving_one() {
     let missing = exec(&mut c, "ACK orders_events GROUP 'nope' 1")
         .await
         .expect_err("no such group");
-    assert!(format!("{missing:?}").contains("no group 'nope'"), "{missing:?}");
+    assert!(
+        format!("{missing:?}").contains("no group 'nope'"),
+        "{missing:?}"
+    );
     // The unacked control event comes back after ack_wait; the acked ones never (they would
     // come first: waiting events go out in id order).
     let again = s.recv_n(1, secs(10)).await;
-    assert_eq!(ids(&again), vec![e[5]], "only the unacked event is sent again");
+    assert_eq!(
+        ids(&again),
+        vec![e[5]],
+        "only the unacked event is sent again"
+    );
     s.expect_quiet(secs(1), "everything else acked").await;
     let _ = c.disconnect().await;
     s.close();
@@ -79,7 +82,12 @@ async fn an_ack_queued_for_a_killed_proxy_is_honoured_by_the_next_one() {
     a.close();
     let mut c = connect(other.port(), &env.db).await;
     let (n, warnings, took) = ack_timed(&mut c, "g", &e[0..2]).await;
-    assert_eq!((n, warnings), (0, 1), "queued, with a warning\n{}", other.log());
+    assert_eq!(
+        (n, warnings),
+        (0, 1),
+        "queued, with a warning\n{}",
+        other.log()
+    );
     eprintln!("ACK queued for the killed proxy answered after {took:?}");
     let shown: Vec<(String, u32, String)> = c.query("SHOW WARNINGS").await.expect("warnings");
     assert_eq!(shown.len(), 1, "{shown:?}");
@@ -91,7 +99,12 @@ async fn an_ack_queued_for_a_killed_proxy_is_honoured_by_the_next_one() {
     let taken = b.recv_n(2, secs(40)).await;
     let rows: BTreeSet<i64> = row_ids(&taken).into_iter().collect();
     let expected: BTreeSet<i64> = first[2..].iter().copied().collect();
-    assert_eq!(rows, expected, "the unacked events, not the acked\n{}", other.log());
+    assert_eq!(
+        rows,
+        expected,
+        "the unacked events, not the acked\n{}",
+        other.log()
+    );
     b.expect_quiet(secs(1), "nothing more").await;
     // The request is answered, by the proxy that took over, with the events it acked.
     let mut direct = env.direct_conn().await;

@@ -240,7 +240,11 @@ impl AckRequests {
                 "DELETE FROM {} WHERE table_schema = ? AND table_name = ? AND group_name = ?",
                 self.table
             ),
-            (key.schema.as_str(), key.table.as_str(), key.group.as_bytes()),
+            (
+                key.schema.as_str(),
+                key.table.as_str(),
+                key.group.as_bytes(),
+            ),
         )
         .await
     }
