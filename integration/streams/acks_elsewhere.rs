@@ -1,7 +1,8 @@
 //! `ACK` through a proxy that does not serve the group (consumers behind a load balancer ack on
 //! a second connection, which often lands on the other proxy): handed to the serving proxy
 //! through the requests table, answered with the events newly acked; queued with a warning when
-//! the serving proxy does not answer (killed), and honoured by the proxy that takes over.
+//! the serving proxy does not answer (killed), and honoured by the proxy that takes over. `SEEK`
+//! goes the same way.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -110,7 +111,7 @@ async fn an_ack_queued_for_a_killed_proxy_is_honoured_by_the_next_one() {
     let mut direct = env.direct_conn().await;
     let answer: Option<(Option<u64>, Option<String>)> = direct
         .exec_first(
-            "SELECT acked, answered_by FROM test.msgproxy_stream_groups_acks \
+            "SELECT acked, answered_by FROM test.msgproxy_stream_groups_requests \
              WHERE table_schema = ? AND table_name = 'orders_events' AND group_name = 'g'",
             (env.db.as_str(),),
         )
@@ -120,5 +121,77 @@ async fn an_ack_queued_for_a_killed_proxy_is_honoured_by_the_next_one() {
     assert_eq!(acked, Some(2));
     assert!(by.is_some());
     let _ = direct.disconnect().await;
+    b.close();
+}
+
+#[tokio::test]
+async fn a_seek_through_the_other_proxy_is_applied_by_the_serving_one() {
+    let env = Env::new("evs_seek_elsewhere").await;
+    env.ddl(&orders_events(",ack_wait=2")).await;
+    let other = env.second_proxy();
+    let mut s = stream(&env, "* FROM orders_events GROUP 'g'").await;
+    let first = insert_direct(&env, 3, 3, "a").await;
+    let got = s.recv_n(3, secs(20)).await;
+    assert_eq!(row_ids(&got), first);
+    // In flight, not acked: a SEEK drops them.
+    let mut c = connect(other.port(), &env.db).await;
+    let started = Instant::now();
+    let n = exec(&mut c, "SEEK orders_events GROUP 'g' TO LATEST")
+        .await
+        .unwrap_or_else(|e| panic!("SEEK through the other proxy: {e:?}\n{}", env.log()));
+    let took = started.elapsed();
+    assert_eq!((n, c.get_warnings()), (0, 0), "answered, not queued");
+    eprintln!("SEEK through the proxy not serving the group took {took:?}");
+    let second = insert_direct(&env, 2, 2, "b").await;
+    let after = s.recv_n(2, secs(20)).await;
+    assert_eq!(row_ids(&after), second, "from the SEEK's position");
+    assert_eq!(ack(&mut c, "orders_events", "g", &ids(&after)).await, 2);
+    let _ = c.disconnect().await;
+    // What was in flight before the SEEK is not sent again when its ack_wait (2 s) passes.
+    s.expect_quiet(secs(3), "dropped by the SEEK").await;
+    s.close();
+}
+
+#[tokio::test]
+async fn a_seek_queued_for_a_killed_proxy_is_applied_by_the_next_one() {
+    let env = Env::new("evs_seek_queued").await;
+    env.ddl(&orders_events(",ack_wait=60")).await;
+    let other = env.second_proxy();
+    let mut a = stream(&env, "* FROM orders_events GROUP 'g'").await;
+    let mut b = stream_on(&env, other.port(), "* FROM orders_events GROUP 'g'").await;
+    let first = insert_direct(&env, 3, 3, "a").await;
+    assert_eq!(row_ids(&a.recv_n(3, secs(20)).await), first);
+    env.proxy.kill();
+    a.close();
+    let mut c = connect(other.port(), &env.db).await;
+    let n = exec(&mut c, "SEEK orders_events GROUP 'g' TO LATEST")
+        .await
+        .unwrap_or_else(|e| panic!("SEEK through the other proxy: {e:?}\n{}", other.log()));
+    assert_eq!((n, c.get_warnings()), (0, 1), "queued, with a warning");
+    let shown: Vec<(String, u32, String)> = c.query("SHOW WARNINGS").await.expect("warnings");
+    assert!(shown[0].2.starts_with("SEEK queued"), "{shown:?}");
+    let _ = c.disconnect().await;
+    let mut direct = env.direct_conn().await;
+    // The next proxy applies the SEEK at its takeover: the three events the killed proxy had
+    // in flight are not sent again; what is written after the takeover comes.
+    let taken = crate::support::eventually(40, async || {
+        let row: Option<Option<String>> = direct
+            .exec_first(
+                "SELECT answered_by FROM test.msgproxy_stream_groups_requests \
+                 WHERE table_schema = ? AND table_name = 'orders_events' AND group_name = 'g'",
+                (env.db.as_str(),),
+            )
+            .await
+            .ok()
+            .flatten();
+        matches!(row, Some(Some(_)))
+    })
+    .await;
+    assert!(taken, "the queued SEEK was not applied\n{}", other.log());
+    let _ = direct.disconnect().await;
+    let second = insert_direct(&env, 2, 2, "b").await;
+    let got = b.recv_n(2, secs(20)).await;
+    assert_eq!(row_ids(&got), second, "only what came after the SEEK");
+    b.expect_quiet(secs(1), "nothing more").await;
     b.close();
 }

@@ -9,8 +9,8 @@
 //!   tables and filters, redelivery after `ack_wait`, a 100,000-row transaction;
 //! - `durability` — a proxy killed and restarted resumes with nothing skipped, two proxies with
 //!   one killed, `START EARLIEST` / `AT TIMESTAMP` / `SEEK` replay, `DROP GROUP`;
-//! - `acks_elsewhere` — `ACK` through a proxy that does not serve the group: answered by the
-//!   serving one, or queued (with a warning) for the proxy that takes the group over;
+//! - `acks_elsewhere` — `ACK` and `SEEK` through a proxy that does not serve the group:
+//!   answered by the serving one, or queued (with a warning) for the proxy that takes it over;
 //! - `errors` — malformed statements, hostile group names and filters, tables that are not
 //!   stream tables, a group's filter changed.
 //! - `readme` — the README's example, pasted into the `mariadb` client;

@@ -20,7 +20,9 @@ use crate::protocol::packet::write_packet;
 use crate::protocol::wire::{ok_packet, ErrorPacket};
 use crate::relay::ResponseKind;
 use crate::sql::{StartAt, StreamStatement, StreamStatementError, TableName};
-use crate::streams::engine::{Acked, GroupInfo, StreamEngine, StreamError, ACK_ANSWER_WAIT};
+use crate::streams::engine::{
+    GroupInfo, Outcome, StreamEngine, StreamError, ACK_ANSWER_WAIT, SEEK_ANSWER_WAIT,
+};
 use crate::streams::locate::Target;
 use crate::streams::registry::{StreamLookup, StreamTable};
 use crate::streams::serve::{self, StreamSpec};
@@ -111,8 +113,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     return Ok(());
                 };
                 match engine.ack(&key_of(&def, group), &ids).await {
-                    Ok(Acked::Applied(n)) => self.reply_ok(n).await,
-                    Ok(Acked::Queued { owner }) => self.reply_queued(&owner).await,
+                    Ok(Outcome::Done(n)) => self.reply_ok(n).await,
+                    Ok(Outcome::Queued { owner }) => {
+                        self.reply_queued(&owner, queued_warning("ACK", ACK_ANSWER_WAIT))
+                            .await
+                    }
                     Err(e) => self.stream_error(e).await,
                 }
             }
@@ -124,7 +129,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
                     return Ok(());
                 };
                 match engine.seek(&key_of(&def, group), target).await {
-                    Ok(()) => self.reply_ok(0).await,
+                    Ok(Outcome::Done(_)) => self.reply_ok(0).await,
+                    Ok(Outcome::Queued { owner }) => {
+                        self.reply_queued(&owner, queued_warning("SEEK", SEEK_ANSWER_WAIT))
+                            .await
+                    }
                     Err(e) => self.stream_error(e).await,
                 }
             }
@@ -283,14 +292,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
         Ok(())
     }
 
-    /// An `ACK` queued for the proxy `owner` serving the group, which did not answer in time:
-    /// OK with 0 affected rows and a warning saying so. `SHOW WARNINGS` goes to the session's
-    /// server, so the warning is raised there (a `SIGNAL` of class 01 is a warning, not an
-    /// error; it replaces the warnings of the session's previous statement, as any statement's
-    /// would).
-    async fn reply_queued(&mut self, owner: &str) -> Result<(), SessionEnd> {
-        tracing::info!("an ACK through this proxy was queued for {owner}, which did not answer");
-        let warning = queued_warning();
+    /// An `ACK` or `SEEK` queued for the proxy `owner` serving the group, which did not answer
+    /// in time: OK with 0 affected rows and the `warning` (a `SIGNAL`, [`queued_warning`]).
+    /// `SHOW WARNINGS` goes to the session's server, so the warning is raised there (a `SIGNAL`
+    /// of class 01 is a warning, not an error; it replaces the warnings of the session's
+    /// previous statement, as any statement's would).
+    async fn reply_queued(&mut self, owner: &str, warning: String) -> Result<(), SessionEnd> {
+        tracing::info!(
+            "a statement through this proxy was queued for {owner}, which did not answer"
+        );
         match self.backend.query(&warning, self.deprecate_eof()).await {
             Ok(crate::backend::QueryOutcome::Ok { .. }) => self.reply_ok_warned(0, 1).await,
             // The server would not raise it: the answer still says nothing was acked yet.
@@ -300,13 +310,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Session<S> {
     }
 }
 
-/// The `SIGNAL` that leaves the queued-`ACK` warning on the session's server. Its text names
-/// no client input (the statement named the group) and stays within the 128 characters MySQL
-/// allows a condition's `MESSAGE_TEXT`.
-fn queued_warning() -> String {
+/// The `SIGNAL` that leaves the warning of a queued `statement` (`ACK`, `SEEK`) on the
+/// session's server. Its text names no client input (the statement named the group) and stays
+/// within the 128 characters MySQL allows a condition's `MESSAGE_TEXT`.
+fn queued_warning(statement: &str, waited: std::time::Duration) -> String {
     format!(
-        "SIGNAL SQLSTATE '01000' SET MESSAGE_TEXT = 'ACK queued: the msgproxy serving the group did not answer within {} ms; it or its successor applies it', MYSQL_ERRNO = {}",
-        ACK_ANSWER_WAIT.as_millis(),
+        "SIGNAL SQLSTATE '01000' SET MESSAGE_TEXT = '{statement} queued: the msgproxy serving the group did not answer within {} ms; it or its successor applies it', MYSQL_ERRNO = {}",
+        waited.as_millis(),
         crate::protocol::commands::ER_UNKNOWN_ERROR
     )
 }
@@ -382,15 +392,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_queued_warning_fits_a_condition_message() {
-        let sql = queued_warning();
-        let text = sql
-            .split_once("MESSAGE_TEXT = '")
-            .and_then(|(_, rest)| rest.split_once('\''))
-            .map(|(text, _)| text)
-            .unwrap_or_default();
-        assert!(text.starts_with("ACK queued"), "{sql}");
-        assert!(text.chars().count() <= 128, "{text}");
-        assert!(sql.starts_with("SIGNAL SQLSTATE '01000'"), "{sql}");
+    fn the_queued_warnings_fit_a_condition_message() {
+        for (statement, waited) in [("ACK", ACK_ANSWER_WAIT), ("SEEK", SEEK_ANSWER_WAIT)] {
+            let sql = queued_warning(statement, waited);
+            let text = sql
+                .split_once("MESSAGE_TEXT = '")
+                .and_then(|(_, rest)| rest.split_once('\''))
+                .map(|(text, _)| text)
+                .unwrap_or_default();
+            assert!(text.starts_with(&format!("{statement} queued")), "{sql}");
+            assert!(text.chars().count() <= 128, "{text}");
+            assert!(sql.starts_with("SIGNAL SQLSTATE '01000'"), "{sql}");
+        }
     }
 }

@@ -11,9 +11,9 @@
 //! lease up and stops reading.
 //!
 //! An `ACK` through the serving proxy is applied to the group's state at once, with no backend
-//! round trip. Through another proxy it is queued in the requests table (`ack_requests.rs`) and
-//! answered by the serving proxy's poller (`ack_poller.rs`) within about 50 ms; a proxy taking a
-//! group over applies what was queued for its predecessor first.
+//! round trip. Through another proxy it (and a `SEEK`) is queued in the requests table
+//! (`requests.rs`) and answered by the serving proxy's poller (`request_poller.rs`) within about
+//! 50 ms; a proxy taking a group over applies what was queued for its predecessor first.
 //!
 //! Everything follows the backend in use (`crate::cluster`): the store's pool, the readers, and
 //! at a switch every serving group saves, and resumes on the new server by GTID (`resume.rs`).
@@ -28,12 +28,12 @@ use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::ack_requests::{self, AckRequests};
 use super::filter;
 use super::group::{GroupState, Progress, StreamId};
 use super::locate::{self, Target};
 use super::reader::{self, Event, ReaderError, ReaderMsg, ReaderTarget};
 use super::registry::{Registry, StreamLookup, StreamTable};
+use super::requests::{self, Answer, Asked, Requests};
 use super::shared::{Piece, SharedReaders};
 use super::store::{GroupKey, GroupRow, Store, RENEW_EVERY};
 use crate::cluster::{Backends, SharedPool};
@@ -53,16 +53,20 @@ const IDLE_AFTER: Duration = Duration::from_secs(2);
 const RELOAD_EVERY: Duration = Duration::from_secs(10);
 /// How long an `ACK` through a proxy that does not serve the group waits for the serving
 /// proxy's answer before it answers "queued" (the serving proxy reads requests every
-/// [`ack_requests::POLL_EVERY`]; longer means it is dying or its lease is moving).
+/// [`requests::POLL_EVERY`]; longer means it is dying or its lease is moving).
 pub const ACK_ANSWER_WAIT: Duration = Duration::from_secs(1);
-/// How often that `ACK` looks for the answer.
+/// The same for a `SEEK`, which the serving proxy must first find in its binlog (`EARLIEST`,
+/// `TIMESTAMP` and `EVENT` read it from its oldest file).
+pub const SEEK_ANSWER_WAIT: Duration = Duration::from_secs(5);
+/// How often such a statement looks for the answer.
 const ANSWER_POLL_EVERY: Duration = Duration::from_millis(10);
 
-/// What an `ACK` did.
+/// What an `ACK` or a `SEEK` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Acked {
-    /// Applied to the group's state (here, or by the serving proxy): events newly acked.
-    Applied(u64),
+pub enum Outcome {
+    /// Applied (here, or by the serving proxy): the affected rows (events newly acked; 0 for a
+    /// `SEEK`).
+    Done(u64),
     /// Handed to the proxy `owner` serving the group, which did not answer in time: it, or the
     /// next proxy to serve the group, applies it when it reads it.
     Queued { owner: String },
@@ -281,8 +285,8 @@ pub struct StreamEngine {
     here: tokio::sync::Mutex<Option<(u64, String)>>,
     registry: Registry,
     store: Store,
-    /// `ACK`s handed between proxies (`ack_requests.rs`).
-    requests: AckRequests,
+    /// `ACK`s handed between proxies (`requests.rs`).
+    requests: Requests,
     groups: Mutex<HashMap<GroupKey, Arc<Group>>>,
     /// This proxy's name in leases: host, process and a random part.
     pub me: String,
@@ -326,7 +330,7 @@ impl StreamEngine {
         );
         let engine = Arc::new(StreamEngine {
             store: Store::new(pool.clone(), groups_table),
-            requests: AckRequests::new(pool.clone(), groups_table),
+            requests: Requests::new(pool.clone(), groups_table),
             pool,
             backends: backends.clone(),
             here: tokio::sync::Mutex::new(None),
@@ -566,8 +570,8 @@ impl StreamEngine {
 
     /// `ACK t GROUP 'g' ids`: how many were newly acked. Through the proxy serving the group
     /// it is applied at once; through another it is handed to the serving proxy
-    /// (`ack_requests.rs`) and its answer awaited for at most [`ACK_ANSWER_WAIT`].
-    pub async fn ack(&self, key: &GroupKey, ids: &[u64]) -> Result<Acked, StreamError> {
+    /// (`requests.rs`) and its answer awaited for at most [`ACK_ANSWER_WAIT`].
+    pub async fn ack(&self, key: &GroupKey, ids: &[u64]) -> Result<Outcome, StreamError> {
         let group = self
             .groups
             .lock()
@@ -575,7 +579,7 @@ impl StreamEngine {
             .get(key)
             .cloned();
         if let Some(n) = group.and_then(|g| g.ack_here(ids)) {
-            return Ok(Acked::Applied(n));
+            return Ok(Outcome::Done(n));
         }
         self.ready().await?;
         match self.store.load(key).await.map_err(StreamError::backend)? {
@@ -583,9 +587,12 @@ impl StreamEngine {
             // first events, or after a failed move; nothing is in flight then.)
             Some(GroupRow {
                 owner: Some(owner), ..
-            }) if owner != self.me => self.ack_through(key, ids, owner).await,
+            }) if owner != self.me => {
+                let asked = Asked::Ack(ids.to_vec());
+                self.ask_serving(key, &asked, owner, ACK_ANSWER_WAIT).await
+            }
             // Nobody serves it, so nothing of it is in flight: nothing to ack.
-            Some(_) => Ok(Acked::Applied(0)),
+            Some(_) => Ok(Outcome::Done(0)),
             None => Err(StreamError::new(
                 crate::protocol::commands::ER_UNKNOWN_ERROR,
                 "HY000",
@@ -597,39 +604,49 @@ impl StreamEngine {
         }
     }
 
-    /// An `ACK` of a group another proxy (`owner`) serves: queued for it in the requests table
-    /// (durable from then on), then its answer, polled for until [`ACK_ANSWER_WAIT`].
-    async fn ack_through(
+    /// An `ACK` or `SEEK` of a group another proxy (`owner`) serves: queued for it in the
+    /// requests table (durable from then on), then its answer, polled for until `wait` has
+    /// passed.
+    async fn ask_serving(
         &self,
         key: &GroupKey,
-        ids: &[u64],
+        asked: &Asked,
         owner: String,
-    ) -> Result<Acked, StreamError> {
+        wait: Duration,
+    ) -> Result<Outcome, StreamError> {
         let request = self
             .requests
-            .submit(key, ids, &self.me)
+            .submit(key, asked, &self.me)
             .await
             .map_err(StreamError::backend)?;
-        let deadline = Instant::now() + ACK_ANSWER_WAIT;
+        let deadline = Instant::now() + wait;
         loop {
             // (No look at once: the serving proxy reads requests every 50 ms.)
             tokio::time::sleep(ANSWER_POLL_EVERY).await;
             // Read errors are waited out like a missing answer: the request is written, and the
             // serving proxy (or its successor) applies it whatever this one learns.
             match self.requests.answer_of(request).await {
-                Ok(Some(n)) => return Ok(Acked::Applied(n)),
+                Ok(Some(Answer::Done(n))) => return Ok(Outcome::Done(n)),
+                Ok(Some(Answer::Failed(why))) => {
+                    return Err(StreamError::new(
+                        crate::protocol::commands::ER_UNKNOWN_ERROR,
+                        "HY000",
+                        why,
+                    ))
+                }
                 Ok(None) => {}
                 Err(e) => tracing::debug!("reading the answer to ACK request {request}: {e}"),
             }
             if Instant::now() >= deadline {
-                return Ok(Acked::Queued { owner });
+                return Ok(Outcome::Queued { owner });
             }
         }
     }
 
     /// `SEEK`: moves the group (creating it if new, without a filter); what it had in flight is
-    /// dropped.
-    pub async fn seek(&self, key: &GroupKey, to: Target) -> Result<(), StreamError> {
+    /// dropped. A group another proxy serves is moved by that proxy (its next save would undo a
+    /// move written behind its back): the `SEEK` is handed to it as an `ACK` is.
+    pub async fn seek(&self, key: &GroupKey, to: Target) -> Result<Outcome, StreamError> {
         self.ready().await?;
         self.check_server().await?;
         let local = self
@@ -640,52 +657,25 @@ impl StreamEngine {
             .cloned();
         let served_here = local.as_ref().is_some_and(|g| g.lock().state.is_some());
         if !served_here {
-            // The serving proxy's next save would undo a SEEK written behind its back.
-            // (This proxy as the owner: its group task is placing the group on the server.)
+            // The serving proxy's next save would undo a SEEK written behind its back: it is
+            // handed to that proxy. (This proxy as the owner: its group task is placing the
+            // group on the server, and takes the SEEK from its row.)
             if let Some(GroupRow {
                 owner: Some(owner), ..
             }) = self.store.load(key).await.map_err(StreamError::backend)?
             {
-                if owner == self.me {
-                    return self.seek_here(key, to).await;
+                if owner != self.me {
+                    let asked = Asked::Seek(to);
+                    return self.ask_serving(key, &asked, owner, SEEK_ANSWER_WAIT).await;
                 }
-                return Err(StreamError::new(
-                    crate::protocol::commands::ER_UNKNOWN_ERROR,
-                    "HY000",
-                    format!(
-                        "group '{}' is served by the msgproxy {owner}: SEEK through that proxy",
-                        key.group
-                    ),
-                ));
             }
         }
-        self.seek_here(key, to).await
+        self.seek_here(key, to).await.map(|()| Outcome::Done(0))
     }
 
     /// `SEEK` of a group nobody else serves.
     async fn seek_here(&self, key: &GroupKey, to: Target) -> Result<(), StreamError> {
-        // The position and the server it is saved with must be the same server's.
-        let generation = self.backends.generation();
-        let here = self.here().await?;
-        let progress = locate::resolve(&self.reader_opts(), &key.schema, &key.table, to)
-            .await
-            .map_err(|e| {
-                StreamError::new(
-                    crate::protocol::commands::ER_UNKNOWN_ERROR,
-                    "HY000",
-                    format!("cannot find that position in the binlog: {e}"),
-                )
-            })?;
-        if self.backends.generation() != generation {
-            return Err(StreamError::new(
-                crate::protocol::commands::ER_UNKNOWN_ERROR,
-                "HY000",
-                format!(
-                    "the backend in use changed while SEEK looked for that position; SEEK group '{}' again",
-                    key.group
-                ),
-            ));
-        }
+        let (progress, here) = self.resolve_seek(key, to).await?;
         let existed = self
             .store
             .seek(key, &progress, &here)
@@ -712,6 +702,37 @@ impl StreamEngine {
             group.control.notify_one();
         }
         Ok(())
+    }
+
+    /// Where a `SEEK` to `to` moves the group on the server in use, and that server.
+    async fn resolve_seek(
+        &self,
+        key: &GroupKey,
+        to: Target,
+    ) -> Result<(Progress, String), StreamError> {
+        // The position and the server it is saved with must be the same server's.
+        let generation = self.backends.generation();
+        let here = self.here().await?;
+        let progress = locate::resolve(&self.reader_opts(), &key.schema, &key.table, to)
+            .await
+            .map_err(|e| {
+                StreamError::new(
+                    crate::protocol::commands::ER_UNKNOWN_ERROR,
+                    "HY000",
+                    format!("cannot find that position in the binlog: {e}"),
+                )
+            })?;
+        if self.backends.generation() != generation {
+            return Err(StreamError::new(
+                crate::protocol::commands::ER_UNKNOWN_ERROR,
+                "HY000",
+                format!(
+                    "the backend in use changed while SEEK looked for that position; SEEK group '{}' again",
+                    key.group
+                ),
+            ));
+        }
+        Ok((progress, here))
     }
 
     /// `DROP GROUP`: whether the group existed. Its streams here end.
@@ -800,5 +821,5 @@ impl StreamEngine {
 #[path = "group_task.rs"]
 mod group_task;
 
-#[path = "ack_poller.rs"]
-mod ack_poller;
+#[path = "request_poller.rs"]
+mod request_poller;

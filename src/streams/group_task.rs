@@ -194,8 +194,12 @@ impl StreamEngine {
         };
         let mut progress = row.progress;
         let mut anchor = row.anchor;
-        // ACKs queued through other proxies while another served the group (or none did).
-        if let Err(end) = self.fold_queued_acks(group, &mut progress, &anchor).await {
+        // ACKs and SEEKs queued through other proxies while another served the group (or none
+        // did).
+        if let Err(end) = self
+            .apply_queued_requests(group, &mut progress, &mut anchor)
+            .await
+        {
             return end;
         }
         // Built from the durable row below; kept from here on only across a backend switch.

@@ -13,17 +13,16 @@
 //! - `filter.rs` — a group's `WHERE` filter over an event's values;
 //! - `group.rs` — one group's delivery state without I/O (position, acked, in flight);
 //! - `store.rs` — the groups' durable progress and leases in msgproxy's own table;
-//! - `ack_requests.rs` — `ACK`s handed from another proxy to the one serving the group, in a
-//!   table beside the groups table;
+//! - `requests.rs` — `ACK`s and `SEEK`s handed from another proxy to the one serving the
+//!   group, in a table beside the groups table;
 //! - `resume.rs` — where a group resumes on the server in use: its own file and offset, or by
 //!   GTID on another server (or why it cannot);
 //! - `engine.rs` — the groups this proxy serves and the statements on them;
 //! - `group_task.rs` — one group's task: lease, reader, deliveries, saves;
-//! - `ack_poller.rs` — the serving side of `ACK`s through other proxies: one query per interval
-//!   for every group served here, and the queued ones applied at a takeover;
+//! - `request_poller.rs` — the serving side of `ACK`s and `SEEK`s through other proxies: one
+//!   query per interval for every group served here, and the queued ones applied at a takeover;
 //! - `serve.rs` — one `STREAM ... GROUP` on a client session.
 
-pub mod ack_requests;
 pub mod ddl;
 pub mod encode;
 pub mod engine;
@@ -33,6 +32,7 @@ pub mod locate;
 pub mod options;
 pub mod reader;
 pub mod registry;
+pub mod requests;
 pub mod resume;
 pub mod serve;
 pub mod shared;
