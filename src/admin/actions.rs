@@ -15,7 +15,7 @@ use crate::messaging::dead_letter;
 use crate::messaging::engine::{Engine, Lookup};
 use crate::messaging::manager::TableManager;
 use crate::messaging::state;
-use crate::streams::engine::StreamEngine;
+use crate::streams::engine::{Outcome, StreamEngine};
 use crate::streams::locate::Target;
 use crate::streams::store::GroupKey;
 
@@ -241,8 +241,13 @@ pub async fn perform(
         }
         Action::Seek { key, to } => {
             let streams = streams.ok_or("event streams are not running in this proxy")?;
-            streams.seek(key, *to).await.map_err(|e| e.message)?;
-            Ok(format!("group '{}' moved", key.group))
+            match streams.seek(key, *to).await.map_err(|e| e.message)? {
+                Outcome::Done(_) => Ok(format!("group '{}' moved", key.group)),
+                Outcome::Queued { owner } => Ok(format!(
+                    "group '{}': the SEEK is queued for {owner}, which serves the group and did not answer in time; it or the proxy that takes the group over applies it",
+                    key.group
+                )),
+            }
         }
     }
 }
