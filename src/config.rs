@@ -591,10 +591,11 @@ impl Config {
             tls,
             require_tls,
             metrics_listen: cli.metrics_listen.or(file.metrics_listen),
-            stream_groups_table: cli
-                .stream_groups_table
-                .or(file.stream_groups_table)
-                .unwrap_or_else(|| "msgproxy_stream_groups".to_owned()),
+            stream_groups_table: groups_table(
+                cli.stream_groups_table
+                    .or(file.stream_groups_table)
+                    .unwrap_or_else(|| "msgproxy_stream_groups".to_owned()),
+            )?,
             admin,
             pool_size: cli.pool_size.or(file.pool_size).unwrap_or(0),
             pool_idle_lifetime: seconds(
@@ -604,6 +605,25 @@ impl Config {
             )?,
         })
     }
+}
+
+/// The longest table name MariaDB and MySQL take.
+const MAX_TABLE_NAME: usize = 64;
+/// What the stream-group requests table appends to the groups table's name
+/// (`streams::requests::table_for`).
+const REQUESTS_SUFFIX: &str = "_requests";
+
+/// The groups table's name (`table` or `db.table`), refused at start when the requests table
+/// named after it would be too long for the server (it is created later, on first use).
+fn groups_table(name: String) -> Result<String, ConfigError> {
+    let table = name.split_once('.').map_or(name.as_str(), |(_, t)| t);
+    let longest = MAX_TABLE_NAME - REQUESTS_SUFFIX.len();
+    if table.is_empty() || table.chars().count() > longest {
+        return Err(ConfigError::Invalid(format!(
+            "stream_groups_table '{name}': the table name must have 1 to {longest} characters (msgproxy creates a second table named after it with '{REQUESTS_SUFFIX}' appended, and table names have at most {MAX_TABLE_NAME})"
+        )));
+    }
+    Ok(name)
 }
 
 /// The `--admin-*` flags over `[admin]`. Refuses a page nobody could log in to safely: off
@@ -711,6 +731,29 @@ mod tests {
         let mut v = vec!["msgproxy"];
         v.extend_from_slice(args);
         Cli::try_parse_from(v).unwrap()
+    }
+
+    #[test]
+    fn a_groups_table_name_leaves_room_for_its_requests_table() {
+        let ok = "g".repeat(55);
+        let c = Config::merge(
+            cli(&["--stream-groups-table", &format!("db.{ok}")]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(c.stream_groups_table, format!("db.{ok}"));
+        let long = "g".repeat(56);
+        let e = Config::merge(
+            cli(&["--stream-groups-table", &long]),
+            FileConfig::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("1 to 55 characters"), "{e}");
+        assert!(Config::merge(
+            cli(&["--stream-groups-table", "db."]),
+            FileConfig::default()
+        )
+        .is_err());
     }
 
     #[test]

@@ -484,12 +484,20 @@ async fn consumer(
     while !stop.is_cancelled() {
         let target = proxies[next].clone();
         next = (next + 1) % proxies.len();
+        // Odd consumers ack through the next proxy (an ACK that reaches a proxy not serving the
+        // group is handed to the serving one through the backend), even ones through their own.
+        let ack_target = if me.index % 2 == 1 {
+            proxies[next].clone()
+        } else {
+            target.clone()
+        };
         let session = stop.child_token();
         *sh.sessions[me.n].lock().expect("session lock") = session.clone();
         session_no += 1;
         let name = format!("c{}.{session_no}", me.index);
         let started = Instant::now();
-        acks = session_run(&sh, me, &name, &target, &mut log, acks, &mut rng, session).await;
+        let targets = (&target, &ack_target);
+        acks = session_run(&sh, me, &name, targets, &mut log, acks, &mut rng, session).await;
         if started.elapsed() > Duration::from_secs(2) {
             backoff = Duration::from_millis(50);
         }
@@ -501,13 +509,14 @@ async fn consumer(
     }
 }
 
-/// One STREAM connection and its ACK connection, until either breaks or `session` is cancelled.
+/// One STREAM connection (to `targets.0`) and its ACK connection (to `targets.1`), until either
+/// breaks or `session` is cancelled.
 #[allow(clippy::too_many_arguments)]
 async fn session_run(
     sh: &Arc<Shared>,
     me: Consumer,
     name: &str,
-    target: &Target,
+    (target, ack_target): (&Target, &Target),
     log: &mut RecLog,
     acks: RecLog,
     rng: &mut StdRng,
@@ -536,7 +545,7 @@ async fn session_run(
         sh.clone(),
         format!("ACK `{table}` GROUP '{}' ", me.group),
         group.clone(),
-        target.clone(),
+        ack_target.clone(),
         rx,
         acks,
         session.clone(),
@@ -581,8 +590,9 @@ async fn session_run(
     acker.await.expect("the acker does not panic")
 }
 
-/// Acks in batches on its own connection to the same proxy (an ACK must reach the proxy that
-/// serves the group); records each event only after the ACK's OK. Deliveries older than
+/// Acks in batches on its own connection (to the stream's proxy or another one: an ACK that
+/// reaches a proxy not serving the group is handed to the one that does); records each event
+/// only after the ACK's OK. Deliveries older than
 /// `ack_fresh` are left to come back (an ACK racing the redelivery would make a legitimate
 /// redelivery look like one after the ack).
 async fn acker(
