@@ -90,6 +90,61 @@ async fn a_killed_proxy_resumes_the_group_with_nothing_skipped() {
     s.close();
 }
 
+/// A group row whose file and offset do not point at an event of the server's binlog (as a
+/// position of one server saved under another's name would) but whose GTID state is known: the
+/// restarted proxy resumes the group by GTID on the same server, nothing acked sent again.
+#[tokio::test]
+async fn a_saved_offset_the_binlog_does_not_hold_is_found_again_by_gtid() {
+    let env = Env::new("evs_bad_offset").await;
+    env.ddl(&orders_events(",ack_wait=60")).await;
+    let mut s = stream(&env, "* FROM orders_events GROUP 'g'").await;
+    let first = insert_direct(&env, 20, 7, "a").await;
+    let got = s.recv_n(20, secs(20)).await;
+    assert_eq!(row_ids(&got), first);
+    ack_all(&env, env.proxy.port(), "g", &got[..10]).await;
+    // The GTID state at the resume point is asked every 3 s: wait until it is saved.
+    let mut direct = env.direct_conn().await;
+    let with_gtid = crate::support::eventually(30, async || {
+        let gtid: Option<Option<String>> = mysql_async::prelude::Queryable::exec_first(
+            &mut direct,
+            "SELECT resume_gtid FROM test.msgproxy_stream_groups \
+             WHERE table_schema = ? AND group_name = 'g'",
+            (env.db.as_str(),),
+        )
+        .await
+        .ok()
+        .flatten();
+        matches!(gtid, Some(Some(_)))
+    })
+    .await;
+    assert!(with_gtid, "no GTID state saved within 30 s\n{}", env.log());
+    env.proxy.kill();
+    s.close();
+    // An offset inside some event: the binlog dump there fails (error 1236).
+    mysql_async::prelude::Queryable::exec_drop(
+        &mut direct,
+        "UPDATE test.msgproxy_stream_groups SET resume_pos = resume_pos + 3 \
+         WHERE table_schema = ? AND group_name = 'g'",
+        (env.db.as_str(),),
+    )
+    .await
+    .unwrap();
+    env.proxy.restart();
+    let mut s = stream(&env, "* FROM orders_events GROUP 'g'").await;
+    let again = s.recv_n(10, secs(40)).await;
+    assert_eq!(
+        row_ids(&again),
+        first[10..].to_vec(),
+        "the unacked events, nothing acked"
+    );
+    assert!(
+        env.log().contains("resuming there by GTID"),
+        "the proxy did not say it resumed by GTID\n{}",
+        env.log()
+    );
+    s.close();
+}
+
 #[tokio::test]
 async fn another_proxy_takes_the_group_over_when_the_serving_one_dies() {
     let env = Env::new("evs_takeover").await;

@@ -25,6 +25,10 @@ pub type StreamId = u64;
 #[derive(Debug)]
 struct Outstanding {
     event: Arc<Event>,
+    /// Where to read again from to get this event, on the server the group reads now: its
+    /// transaction's start, or after a backend switch ([`GroupState::rebase`]) the position the
+    /// group resumed from on the new server (the event's own start is a position of the old one).
+    reread_from: BinlogPosition,
     /// `Some((stream, deadline))` while in flight.
     in_flight: Option<(StreamId, Instant)>,
     /// Times handed to a stream.
@@ -105,10 +109,12 @@ impl GroupState {
             self.last_read = Some(self.last_read.map_or(event.id, |l| l.max(event.id)));
             self.domain = Some(event.domain);
             self.newest_timestamp = self.newest_timestamp.max(event.timestamp);
-            if event.id < self.floor
-                || self.acked.contains(&event.id)
-                || self.outstanding.contains_key(&event.id)
-            {
+            if event.id < self.floor || self.acked.contains(&event.id) {
+                continue;
+            }
+            if let Some(known) = self.outstanding.get_mut(&event.id) {
+                // Read again (after a switch, on the new server): its start there.
+                known.reread_from = event.tx_start.clone();
                 continue;
             }
             if !passes(&event) {
@@ -118,6 +124,7 @@ impl GroupState {
             self.outstanding.insert(
                 event.id,
                 Outstanding {
+                    reread_from: event.tx_start.clone(),
                     event,
                     in_flight: None,
                     deliveries: 0,
@@ -153,6 +160,12 @@ impl GroupState {
     /// are skipped by id, and those in flight keep their deadlines (sent again only when their
     /// ack wait passes, as without the switch). `read_upto` becomes a position of that server.
     pub fn rebase(&mut self, resume: BinlogPosition) {
+        // What is outstanding was read on the old server: until it is read again here, the
+        // group resumes at `resume` (a saved old-server position under the new server's name
+        // would point into the middle of some other event).
+        for o in self.outstanding.values_mut() {
+            o.reread_from = resume.clone();
+        }
         self.read_upto = resume;
         self.dirty = true;
     }
@@ -329,7 +342,7 @@ impl GroupState {
             .outstanding
             .values()
             .next()
-            .map_or_else(|| self.read_upto.clone(), |o| o.event.tx_start.clone());
+            .map_or_else(|| self.read_upto.clone(), |o| o.reread_from.clone());
         Progress {
             floor: self.floor,
             resume,

@@ -9,6 +9,7 @@ use std::collections::VecDeque;
 use tokio::sync::broadcast;
 
 use super::*;
+use crate::binlog::gtid::GtidState;
 use crate::binlog::BinlogPosition;
 use crate::streams::group::position_before;
 use crate::streams::resume::{self, Anchor, Decision, Done, GtidTracker, LocateError};
@@ -376,15 +377,27 @@ impl StreamEngine {
                     .map_err(|e| e.to_string())?;
                 let _ = conn.disconnect().await;
                 let decision = resume::decide(&anchor, &here, &gtids);
-                Ok::<_, String>((here, decision))
+                Ok::<_, String>((here, decision, gtids))
             }
             .await;
             let problem = match verdict {
-                Ok((here, Decision::Here)) => {
+                Ok((here, Decision::Here, gtids)) => {
                     // The file and offset are the server's own, but its binlog no longer holds
-                    // them (purged, or a node that rejoined by SST and wrote a new binlog):
-                    // another server's binlog may hold the place by GTID.
+                    // them (purged, reset, or a node that rejoined by SST and wrote a new
+                    // binlog): the place may still be found by GTID, in this server's binlog
+                    // first, then in another server's.
                     if not_here && anchor.gtid.is_some() {
+                        if let Some(at) = self.here_by_gtid(&anchor, &here, &gtids, &opts).await {
+                            info!(
+                                "{name}: the binlog of {here} does not hold its place {} as a file and offset; resuming there by GTID from {at}",
+                                progress.resume
+                            );
+                            progress.resume = at;
+                            anchor.server = Some(here);
+                            let mut placement = Placement::new(server.generation, opts, anchor);
+                            placement.elsewhere_tried = true;
+                            return Placed::Ready(placement);
+                        }
                         if let Some(other) = self.read_elsewhere(&anchor).await {
                             info!(
                                 "{name}: the binlog of {here} no longer holds its place {}; reading from {}, whose binlog does, until that of {here} does",
@@ -403,7 +416,7 @@ impl StreamEngine {
                     placement.elsewhere_tried = not_here;
                     return Placed::Ready(placement);
                 }
-                Ok((here, Decision::ByGtid(state))) => match resume::locate(&opts, &state).await {
+                Ok((here, Decision::ByGtid(state), _)) => match resume::locate(&opts, &state).await {
                     Ok(at) => {
                         info!(
                             "{name}: resuming on {here} after GTID {state} (saved at {}), from {at}",
@@ -435,7 +448,7 @@ impl StreamEngine {
                         None
                     }
                 },
-                Ok((here, Decision::Behind { needs, has })) => {
+                Ok((here, Decision::Behind { needs, has }, _)) => {
                     let since = *behind_since.get_or_insert_with(Instant::now);
                     Some(if since.elapsed() < resume::BEHIND_GRACE {
                         Mode::Behind(format!(
@@ -449,7 +462,7 @@ impl StreamEngine {
                 }
                 // Saved before its first GTID answer: the server it was saved on, if it is
                 // configured and up, still reads its file and offset.
-                Ok((here, Decision::NoGtid { server: saved_on })) => {
+                Ok((here, Decision::NoGtid { server: saved_on }, _)) => {
                     match self.read_elsewhere(&anchor).await {
                         Some(other) => {
                             info!(
@@ -605,9 +618,7 @@ impl StreamEngine {
                         return Delivered::Stopped;
                     }
                     Some(ReaderMsg::Failed(ReaderError::PositionGone { .. }))
-                        if self.backends.is_cluster()
-                            && placement.elsewhere.is_none()
-                            && !placement.elsewhere_tried =>
+                        if placement.elsewhere.is_none() && !placement.elsewhere_tried =>
                     {
                         return Delivered::PositionGone;
                     }
@@ -687,6 +698,26 @@ impl StreamEngine {
                     }
                 }
             }
+        }
+    }
+
+    /// Where the group's place (saved as `anchor`, with a GTID state) is in the binlog of the
+    /// server `here` (holding `gtids`), found by GTID as if the group came from another server.
+    async fn here_by_gtid(
+        &self,
+        anchor: &Anchor,
+        here: &str,
+        gtids: &GtidState,
+        opts: &Opts,
+    ) -> Option<BinlogPosition> {
+        let elsewhere = Anchor {
+            // Never a server's name: the decision goes by GTID.
+            server: Some(String::new()),
+            ..anchor.clone()
+        };
+        match resume::decide(&elsewhere, here, gtids) {
+            Decision::ByGtid(state) => resume::locate(opts, &state).await.ok(),
+            _ => None,
         }
     }
 

@@ -189,9 +189,20 @@ fn a_rebased_group_keeps_its_acks_and_what_is_in_flight() {
     };
     g.rebase(other.clone());
     assert_eq!(g.read_upto(), &other);
+    // Saved from now on: positions of the new server only, not the old start of what is in
+    // flight.
+    assert_eq!(g.snapshot().resume, other);
     // Reading again there: the acked event and those in flight are not waiting again ...
+    let on_other = |e: Arc<Event>| {
+        let mut e = (*e).clone();
+        e.tx_start.file = "other-bin.000007".into();
+        Arc::new(e)
+    };
     g.committed(
-        vec![ev(1, 0), ev(1, 1), ev(2, 0), ev(3, 0)],
+        [ev(1, 0), ev(1, 1), ev(2, 0), ev(3, 0)]
+            .into_iter()
+            .map(on_other)
+            .collect(),
         BinlogPosition {
             file: "other-bin.000007".into(),
             pos: 400,
@@ -200,6 +211,14 @@ fn a_rebased_group_keeps_its_acks_and_what_is_in_flight() {
     );
     let next = g.take_batch(2, 10, 1000, now, WAIT);
     assert_eq!(ids(&next), vec![event_id(3, 0)], "only the new event");
+    // Read again there, the oldest outstanding event resumes at its start on that server.
+    assert_eq!(
+        g.snapshot().resume,
+        BinlogPosition {
+            file: "other-bin.000007".into(),
+            pos: 100,
+        }
+    );
     // ... those in flight come back only at their deadline, and acks still count.
     assert!(g.take_batch(2, 10, 1000, now + WAIT / 2, WAIT).is_empty());
     assert_eq!(g.ack(&[event_id(1, 0), event_id(1, 1)]), 1);
