@@ -380,10 +380,12 @@ async fn purges_elsewhere_do_not_hold_up_delivery() {
         let _ = p.await;
     }
     let states = env.states("busy").await;
+    // Held up by the purges, deliveries waited on their locks for seconds, one after another;
+    // a machine busy with other work slows a few by some hundreds of milliseconds.
     assert!(
-        slow.is_empty() && lost.is_empty(),
-        "with purges running elsewhere: not delivered within 3 s: {lost:?}; slower than 500 ms: \
-         {slow:?}; rows 1..=40 now: {:?}",
+        slow.len() <= 4 && lost.is_empty(),
+        "with purges running elsewhere: not delivered within 3 s: {lost:?}; slower than 500 ms \
+         (at most 4 of 40 may be): {slow:?}; rows 1..=40 now: {:?}",
         states
             .range(1..=40)
             .filter(|(_, s)| s.epoch.is_none())
