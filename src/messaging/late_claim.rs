@@ -34,22 +34,37 @@ pub(super) fn too_late(time_next: i64, committed_at: i64, ack_wait: Duration) ->
 }
 
 /// The statement that sets back the `epoch` of rows a late claim did not send: `late` holds each
-/// row's key and its `epoch` before the claim. Only rows still at the claim's epoch change (none
-/// has been claimed again meanwhile); their `time_next` stays as the claim set it. `None` when no
-/// key can be written as a literal.
-pub(super) fn give_back_sql(def: &MessageTable, late: &[(Box<[u8]>, i64)]) -> Option<String> {
+/// row's key, its `epoch` before the claim and the `time_next` the claim set. Only rows still as
+/// the claim left them change: a row claimed again meanwhile, or buried as dead by another proxy
+/// once its `time_next` passed (a late claim's may already have), keeps its epoch, or it would
+/// be dead with fewer attempts than it has had. `None` when no key can be written as a literal.
+pub(super) fn give_back_sql(def: &MessageTable, late: &[LateRow]) -> Option<String> {
     let mut before = String::new();
     let mut claimed = String::new();
-    for (key, epoch) in late {
-        let literal = def.id_literal(key)?;
-        before.push_str(&format!(" WHEN {literal} THEN {epoch}"));
-        claimed.push_str(&format!(" WHEN {literal} THEN {}", epoch.saturating_add(1)));
+    let mut due = String::new();
+    for row in late {
+        let literal = def.id_literal(&row.key)?;
+        before.push_str(&format!(" WHEN {literal} THEN {}", row.epoch));
+        claimed.push_str(&format!(
+            " WHEN {literal} THEN {}",
+            row.epoch.saturating_add(1)
+        ));
+        due.push_str(&format!(" WHEN {literal} THEN {}", row.time_next));
     }
-    let ids = def.ids_sql(late.iter().map(|(key, _)| &key[..]))?;
+    let ids = def.ids_sql(late.iter().map(|row| &row.key[..]))?;
     Some(format!(
-        "UPDATE {table} SET `epoch` = CASE `id`{before} END WHERE {ids} AND `epoch` = CASE `id`{claimed} END",
+        "UPDATE {table} SET `epoch` = CASE `id`{before} END WHERE {ids} AND `epoch` = CASE `id`{claimed} END AND `time_next` = CASE `id`{due} END",
         table = def.by_primary_key(),
     ))
+}
+
+/// A row a late claim did not send.
+pub(super) struct LateRow {
+    pub key: Box<[u8]>,
+    /// Its `epoch` before the claim.
+    pub epoch: i64,
+    /// The `time_next` the claim set.
+    pub time_next: i64,
 }
 
 #[cfg(test)]

@@ -398,7 +398,11 @@ async fn claim_batch(
         // Not sent, but claimed all the same: the manager schedules it for its time_next like
         // the rows that were sent.
         if late_claim::too_late(c.time_next, committed_at, def.options.ack_wait) {
-            late.push((c.key.clone(), c.epoch));
+            late.push(late_claim::LateRow {
+                key: c.key.clone(),
+                epoch: c.epoch,
+                time_next: c.time_next,
+            });
         } else {
             result.row(&c.row);
             delivered.push((c.epoch, due));
@@ -434,7 +438,7 @@ async fn give_back(
     backend: &mut Backend,
     deprecate_eof: bool,
     def: &MessageTable,
-    late: &[(Box<[u8]>, i64)],
+    late: &[late_claim::LateRow],
 ) -> Result<(), BatchError> {
     let Some(sql) = late_claim::give_back_sql(def, late) else {
         return Ok(());
