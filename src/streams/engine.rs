@@ -638,6 +638,10 @@ impl StreamEngine {
                 Err(e) => tracing::debug!("reading the answer to ACK request {request}: {e}"),
             }
             if Instant::now() >= deadline {
+                info!(
+                    "request {request} for group '{}' of `{}`.`{}` queued: {owner}, which serves it, did not answer within {wait:?}",
+                    key.group, key.schema, key.table
+                );
                 return Ok(Outcome::Queued { owner });
             }
         }

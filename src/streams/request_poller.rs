@@ -15,10 +15,17 @@ impl StreamEngine {
     /// `ACK` would and writes those answers in one statement; a `SEEK` runs in a task of its own
     /// (finding its position reads the binlog) and answers when done. Now and then deletes old
     /// answered requests. Stops with the engine's shutdown token.
+    ///
+    /// Writing answers runs beside the reads: a write can wait seconds (on Galera, commits
+    /// stall while the cluster decides a node has left), and meanwhile the `ACK`s read next are
+    /// still applied at once, so that their events are not sent again (an `ACK` answered
+    /// "queued" to its client holds all the same).
     pub(super) async fn answer_requests(self: Arc<Self>) {
         let mut last_purge = Instant::now();
-        // The `SEEK`s whose tasks run: not started again while their request is pending.
+        // The `SEEK`s whose tasks run, and the `ACK`s whose answers are being written: not
+        // applied again while their request is pending (a second application would answer 0).
         let mut seeking: HashSet<u64> = HashSet::new();
+        let answering: Arc<Mutex<HashSet<u64>>> = Arc::default();
         loop {
             tokio::select! {
                 _ = self.shutdown.cancelled() => break,
@@ -41,7 +48,16 @@ impl StreamEngine {
                 continue;
             }
             let keys: Vec<GroupKey> = served.keys().cloned().collect();
-            let pending = match self.requests.pending(&keys).await {
+            let asked_at = Instant::now();
+            let read = self.requests.pending(&keys).await;
+            if asked_at.elapsed() > requests::SLOW_READ {
+                info!(
+                    "reading the ACK/SEEK requests for {} group(s) took {:?}",
+                    keys.len(),
+                    asked_at.elapsed()
+                );
+            }
+            let pending = match read {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::debug!("reading ACK/SEEK requests: {e}");
@@ -52,16 +68,21 @@ impl StreamEngine {
             // A request of a group that stopped being served here meanwhile stays pending: the
             // next proxy to serve the group applies it when it takes the group over.
             let mut answers = Vec::new();
+            let in_writing = answering.lock().unwrap_or_else(|e| e.into_inner()).clone();
             for Request { id, key, asked } in pending {
                 let Some(group) = served.get(&key) else {
                     continue;
                 };
+                if in_writing.contains(&id) {
+                    continue;
+                }
                 match asked {
-                    Asked::Ack(ids) => {
-                        if let Some(n) = group.ack_here(&ids) {
-                            answers.push((id, Answer::Done(n)));
-                        }
-                    }
+                    Asked::Ack(ids) => match group.ack_here(&ids) {
+                        Some(n) => answers.push((id, Answer::Done(n))),
+                        None => tracing::debug!(
+                            "ACK request {id} of group {key:?}: the group is not served here now"
+                        ),
+                    },
                     Asked::Seek(to) => {
                         if seeking.insert(id) {
                             let engine = self.clone();
@@ -82,8 +103,26 @@ impl StreamEngine {
             }
             // Unanswered after a failure, an ACK is applied again at the next poll: its ids are
             // acked by then, so it is answered 0 (the ack itself holds).
-            if let Err(e) = self.requests.answer(&answers, &self.me).await {
-                tracing::debug!("answering ACK requests: {e}");
+            if !answers.is_empty() {
+                let ids: Vec<u64> = answers.iter().map(|(id, _)| *id).collect();
+                tracing::debug!("applied ACK requests {ids:?}");
+                answering
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(ids.iter().copied());
+                let engine = self.clone();
+                let answering = answering.clone();
+                tokio::spawn(async move {
+                    // Unanswered after a failure, an ACK is applied again at a later poll: its
+                    // ids are acked by then, so it is answered 0 (the ack itself holds).
+                    if let Err(e) = engine.requests.answer(&answers, &engine.me).await {
+                        tracing::debug!("answering ACK requests: {e}");
+                    }
+                    let mut writing = answering.lock().unwrap_or_else(|e| e.into_inner());
+                    for id in ids {
+                        writing.remove(&id);
+                    }
+                });
             }
             if last_purge.elapsed() >= requests::PURGE_EVERY {
                 last_purge = Instant::now();

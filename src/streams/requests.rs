@@ -25,6 +25,8 @@ use crate::cluster::SharedPool;
 
 /// How often a proxy serving groups reads the requests for them.
 pub const POLL_EVERY: Duration = Duration::from_millis(50);
+/// A read of the pending requests slower than this is logged: requests wait for it.
+pub const SLOW_READ: Duration = Duration::from_millis(500);
 /// How long an answered request stays (for a requester still waiting on a slow node, and for
 /// operators looking at the table).
 pub const KEEP_ANSWERED: Duration = Duration::from_secs(60);

@@ -145,6 +145,8 @@ pub struct Outcome {
     /// Rows of a result set (all result sets of the response, added up).
     pub rows: u64,
     pub affected_rows: u64,
+    /// Warnings the OK packets reported (all of them added up).
+    pub warnings: u64,
     /// Bytes of row packets (payloads), for throughput figures.
     pub row_bytes: u64,
 }
@@ -505,6 +507,9 @@ impl Conn {
                     let affected = lenenc_int(&mut rest).unwrap_or(0);
                     let _insert_id = lenenc_int(&mut rest);
                     outcome.affected_rows += affected;
+                    if rest.len() >= 4 {
+                        outcome.warnings += u64::from(u16::from_le_bytes([rest[2], rest[3]]));
+                    }
                     rest.len() >= 2
                         && u16::from_le_bytes([rest[0], rest[1]]) & SERVER_MORE_RESULTS_EXISTS != 0
                 }

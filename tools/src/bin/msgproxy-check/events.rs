@@ -28,6 +28,9 @@ pub enum Kind {
     AckSent,
     /// An ACK that covered this id returned OK.
     Acked,
+    /// An ACK that covered this id failed (error, or no answer in time): it may or may not have
+    /// taken effect, by this time at the latest (the FIFO workload).
+    AckFailed,
 }
 
 impl Kind {
@@ -39,6 +42,7 @@ impl Kind {
             Kind::Delivered => "dl",
             Kind::AckSent => "as",
             Kind::Acked => "ack",
+            Kind::AckFailed => "af",
         }
     }
 
@@ -50,6 +54,7 @@ impl Kind {
             "dl" => Kind::Delivered,
             "as" => Kind::AckSent,
             "ack" => Kind::Acked,
+            "af" => Kind::AckFailed,
             _ => return None,
         })
     }

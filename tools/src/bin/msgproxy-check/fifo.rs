@@ -439,6 +439,9 @@ async fn acker(
                 }
             }
             Err(_) => {
+                for &(id, _) in &batch {
+                    log.log(Kind::AckFailed, id);
+                }
                 sh.stats.acks_failed.fetch_add(1, Ordering::Relaxed);
                 conn = None;
             }

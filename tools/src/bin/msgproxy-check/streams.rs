@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::verify_streams::Rec;
 use crate::wire::{Conn, Target};
-use crate::workload::{connect_retrying, run, STATEMENT_LIMIT};
+use crate::workload::{connect_retrying, run, run_counting, STATEMENT_LIMIT};
 
 /// The stream tables and their engines.
 pub const TABLES: [(&str, &str); 2] = [
@@ -138,6 +138,8 @@ pub struct Stats {
     pub skipped_acks: AtomicU64,
     pub stale_acks: AtomicU64,
     pub acks_failed: AtomicU64,
+    /// ACKs answered OK with a warning: queued for the serving proxy, applied later.
+    pub queued_acks: AtomicU64,
 }
 
 struct Shared {
@@ -592,7 +594,8 @@ async fn session_run(
 
 /// Acks in batches on its own connection (to the stream's proxy or another one: an ACK that
 /// reaches a proxy not serving the group is handed to the one that does); records each event
-/// only after the ACK's OK. Deliveries older than
+/// only after the ACK's OK (as queued when the OK carries a warning: the serving proxy did not
+/// answer in time, docs/STREAMS.md). Deliveries older than
 /// `ack_fresh` are left to come back (an ACK racing the redelivery would make a legitimate
 /// redelivery look like one after the ack).
 async fn acker(
@@ -640,14 +643,20 @@ async fn acker(
         let sql = format!("{prefix}{}", ids.join(", "));
         let result = tokio::select! {
             _ = session.cancelled() => return log,
-            r = run(c, &sql) => r,
+            r = run_counting(c, &sql) => r,
         };
         match result {
-            Ok(()) => {
+            Ok(outcome) => {
+                let queued = outcome.warnings > 0;
+                if queued {
+                    sh.stats.queued_acks.fetch_add(1, Ordering::Relaxed);
+                }
                 for &(eid, _) in &batch {
-                    log.log(Rec::Acked {
-                        group: group.clone(),
-                        eid,
+                    let group = group.clone();
+                    log.log(if queued {
+                        Rec::AckQueued { group, eid }
+                    } else {
+                        Rec::Acked { group, eid }
                     });
                 }
             }

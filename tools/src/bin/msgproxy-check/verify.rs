@@ -111,7 +111,7 @@ pub fn verify(
             Kind::Acked => {
                 first_ack.entry(e.id).or_insert((e.t_us, &e.who));
             }
-            Kind::AckSent => {}
+            Kind::AckSent | Kind::AckFailed => {}
         }
     }
     r.tried = tried.len();

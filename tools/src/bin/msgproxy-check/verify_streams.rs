@@ -24,9 +24,13 @@
 //!   delivery with no stream of its group ended (up to `slack` after the redelivery: the end is
 //!   logged when its consumer notices it) and no fault in between (3).
 //! - `delivered after ack`: an event delivered again more than `slack` after its ACK got OK,
-//!   with no fault that may lose the proxy's last 100 ms of acks in between (3).
+//!   with no fault that may lose the proxy's last 100 ms of acks in between (3). An ACK answered
+//!   "queued" (OK with a warning: the serving proxy did not answer within 1 s) does not count here:
+//!   the contract applies it when the serving proxy reads it, and until then the events may come
+//!   back.
 //! - `ack lost`: an event whose ACK got OK is above the group's final saved position and not
-//!   among its acked ids (3: an `ACK` is durable within 100 ms) — checked as "every acked event
+//!   among its acked ids (3: an `ACK` is durable within 100 ms; a queued one is applied later, but
+//!   is not lost either) — checked as "every acked event
 //!   is below the final position", since the drain waits for the position to pass them all.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -49,6 +53,9 @@ pub enum Rec {
     },
     /// An `ACK ... GROUP` covering `eid` returned OK.
     Acked { group: String, eid: u64 },
+    /// An `ACK ... GROUP` covering `eid` returned OK with a warning: queued for the proxy serving
+    /// the group, which had not answered within 1 s.
+    AckQueued { group: String, eid: u64 },
     /// A stream session ended (error, disconnect or fault).
     SessionEnd { group: String, session: String },
 }
@@ -74,6 +81,7 @@ impl Rec {
                 key,
             } => format!("dl {group} {session} {eid} {key}"),
             Rec::Acked { group, eid } => format!("ack {group} {eid}"),
+            Rec::AckQueued { group, eid } => format!("ackq {group} {eid}"),
             Rec::SessionEnd { group, session } => format!("end {group} {session}"),
         }
     }
@@ -106,6 +114,13 @@ pub fn parse_line(line: &str) -> Option<Entry> {
         ),
         "ack" => (
             Rec::Acked {
+                group: s(2)?,
+                eid: n(3)?,
+            },
+            4,
+        ),
+        "ackq" => (
+            Rec::AckQueued {
                 group: s(2)?,
                 eid: n(3)?,
             },
@@ -205,6 +220,13 @@ struct Delivery<'a> {
     session: &'a str,
 }
 
+/// The first `ACK` of an event that got OK: when, and whether it was only queued.
+#[derive(Debug, Clone, Copy)]
+struct Ack {
+    t: u64,
+    queued: bool,
+}
+
 /// Whether any of the sorted `times` lies in `[from, to]`.
 fn any_between(times: &[u64], from: u64, to: u64) -> bool {
     let i = times.partition_point(|&t| t < from);
@@ -217,7 +239,7 @@ pub fn verify(history: &[Entry], fin: &Final, limits: &Limits) -> Report {
     let mut committed: HashMap<u64, u64> = HashMap::new();
     let mut rolled_back = HashSet::new();
     let mut deliveries: BTreeMap<&str, Vec<Delivery>> = BTreeMap::new();
-    let mut acks: HashMap<&str, HashMap<u64, u64>> = HashMap::new();
+    let mut acks: HashMap<&str, HashMap<u64, Ack>> = HashMap::new();
     let mut ends: HashMap<&str, Vec<u64>> = HashMap::new();
     for e in history {
         match &e.rec {
@@ -242,7 +264,23 @@ pub fn verify(history: &[Entry], fin: &Final, limits: &Limits) -> Report {
                 session,
             }),
             Rec::Acked { group, eid } => {
-                acks.entry(group).or_default().entry(*eid).or_insert(e.t_us);
+                // The first answered ACK counts (one queued before it does not).
+                let ack = acks.entry(group).or_default().entry(*eid).or_insert(Ack {
+                    t: e.t_us,
+                    queued: false,
+                });
+                if ack.queued {
+                    *ack = Ack {
+                        t: e.t_us,
+                        queued: false,
+                    };
+                }
+            }
+            Rec::AckQueued { group, eid } => {
+                acks.entry(group).or_default().entry(*eid).or_insert(Ack {
+                    t: e.t_us,
+                    queued: true,
+                });
             }
             Rec::SessionEnd { group, .. } => ends.entry(group).or_default().push(e.t_us),
         }
@@ -419,7 +457,7 @@ fn verify_group(
     below: &HashMap<u64, u64>,
     fin: &Final,
     limits: &Limits,
-    acks: &HashMap<&str, HashMap<u64, u64>>,
+    acks: &HashMap<&str, HashMap<u64, Ack>>,
     ends: &HashMap<&str, Vec<u64>>,
     faults: &[u64],
 ) {
@@ -517,7 +555,11 @@ fn verify_group(
                 }
             }
         }
-        if let Some(&ta) = acks.get(&d.eid) {
+        if let Some(&Ack {
+            t: ta,
+            queued: false,
+        }) = acks.get(&d.eid)
+        {
             if d.t > ta + limits.slack_us && !any_between(faults, ta.saturating_sub(1_000_000), d.t)
             {
                 r.violate(
@@ -563,14 +605,19 @@ fn verify_group(
 
     // Acks kept: the final position has passed every acked event.
     if let Some(f) = floor {
-        let mut kept: Vec<(&u64, &u64)> = acks.iter().filter(|(&eid, _)| eid >= f).collect();
-        kept.sort_unstable();
-        for (eid, t) in kept.into_iter().take(50) {
+        let mut kept: Vec<(u64, Ack)> = acks
+            .iter()
+            .filter(|(&eid, _)| eid >= f)
+            .map(|(&eid, &ack)| (eid, ack))
+            .collect();
+        kept.sort_unstable_by_key(|(eid, _)| *eid);
+        for (eid, ack) in kept.into_iter().take(50) {
             r.violate(
                 "ack lost",
                 format!(
-                    "{group}: event {eid} acked (OK at {}), but the group's final position is {f}",
-                    secs(*t)
+                    "{group}: event {eid} acked (OK{} at {}), but the group's final position is {f}",
+                    if ack.queued { ", queued" } else { "" },
+                    secs(ack.t)
                 ),
             );
         }
@@ -818,5 +865,35 @@ mod tests {
         assert_eq!(verify(&after, &fin(201), &l).violation_count(), 0);
         // Acked, yet the final position has not passed it.
         assert_eq!(checks(&h, &fin(150)), vec!["ack lost"]);
+    }
+
+    /// An `ACK` answered "queued" is applied when the serving proxy reads it: until then its
+    /// events may come back, but it must not be lost.
+    #[test]
+    fn a_queued_ack_may_see_its_event_again_but_is_not_lost() {
+        let queued = |t, eid| {
+            at(
+                t,
+                Rec::AckQueued {
+                    group: G.into(),
+                    eid,
+                },
+            )
+        };
+        let again = with(&[
+            dl(20, "s1", 100, 1),
+            dl(21, "s2", 200, 2),
+            queued(30, 100),
+            ack(31, 200),
+            dl(5000, "s2", 100, 1),
+        ]);
+        assert_eq!(checks(&again, &fin(201)), Vec::<&str>::new());
+        assert_eq!(checks(&again, &fin(100)), vec!["ack lost"]);
+        // An answered ACK after the queued one counts from its own OK.
+        let mut answered = again.clone();
+        answered.extend([ack(6000, 100), dl(9000, "s1", 100, 1)]);
+        assert_eq!(checks(&answered, &fin(201)), vec!["delivered after ack"]);
+        let line = format!("7000 {}", queued(7, 100).rec.to_line());
+        assert_eq!(parse_line(&line), Some(queued(7, 100)));
     }
 }

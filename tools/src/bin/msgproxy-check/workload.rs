@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{EventLog, Kind};
-use crate::wire::{Conn, Target};
+use crate::wire::{Conn, Outcome, Target};
 
 /// Longest any one statement may take before its connection is given up as stuck.
 pub const STATEMENT_LIMIT: Duration = Duration::from_secs(10);
@@ -187,8 +187,13 @@ pub async fn connect_retrying(target: &Target, stop: &CancellationToken) -> Opti
 
 /// One statement, with a time limit.
 pub async fn run(c: &mut Conn, sql: &str) -> Result<(), String> {
+    run_counting(c, sql).await.map(|_| ())
+}
+
+/// One statement, with a time limit: what it answered.
+pub async fn run_counting(c: &mut Conn, sql: &str) -> Result<Outcome, String> {
     match tokio::time::timeout(STATEMENT_LIMIT, c.query(sql)).await {
-        Ok(Ok(_)) => Ok(()),
+        Ok(Ok(outcome)) => Ok(outcome),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("no answer within {STATEMENT_LIMIT:?}")),
     }
