@@ -32,6 +32,10 @@ pub(super) struct KnownRows {
     pub(super) schedule: Schedule,
     /// Keys handed to a subscriber whose claim has not finished; never offered twice at once.
     pub(super) in_flight: HashSet<Box<[u8]>>,
+    /// Since when claims have been in flight without a break (`in_flight` not empty): while
+    /// that is shorter than [`CLAIM_HOLD`], rows short of a batch wait for the claim to end
+    /// (see `TableManager::distribute`).
+    pub(super) claiming_since: Option<std::time::Instant>,
     pub(super) subscribers: Vec<Subscriber>,
     /// Round-robin position in `subscribers`.
     pub(super) next: usize,
@@ -93,12 +97,45 @@ pub(super) const RECENT_WINDOW_NS: i64 = 100_000_000;
 /// Most changes kept in `KnownRows::recent` (at very high rates the window is shorter).
 pub(super) const MAX_RECENT: usize = 10_000;
 
+/// The longest a claim in flight holds back rows short of a batch from the other subscribers.
+/// A claim takes about a commit (a millisecond or a few); one that takes longer (a slow or
+/// lost backend connection) must not keep the rows from streams that could claim them.
+pub(super) const CLAIM_HOLD: std::time::Duration = std::time::Duration::from_millis(10);
+
 impl KnownRows {
+    /// Whether rows short of a full batch (`batch_size`) wait for the claim in flight now to end
+    /// rather than go to another subscriber in a claim of their own.
+    pub(super) fn holds_for_claim(&self, batch_size: usize) -> bool {
+        self.cache.len() < batch_size
+            && self
+                .claiming_since
+                .is_some_and(|since| since.elapsed() < CLAIM_HOLD)
+    }
+
+    /// When holding for the claim in flight ends, while rows wait for it; `None` once it has
+    /// (the manager would otherwise wake again and again for a moment already past).
+    pub(super) fn hold_ends(&self) -> Option<std::time::Instant> {
+        if self.cache.is_empty() {
+            return None;
+        }
+        self.claiming_since
+            .map(|since| since + CLAIM_HOLD)
+            .filter(|end| *end > std::time::Instant::now())
+    }
+
+    /// Keys left `in_flight`: claims are no longer in flight once it is empty.
+    pub(super) fn in_flight_removed(&mut self) {
+        if self.in_flight.is_empty() {
+            self.claiming_since = None;
+        }
+    }
+
     pub(super) fn new(capacity: usize) -> KnownRows {
         KnownRows {
             cache: DueCache::new(capacity),
             schedule: Schedule::new(capacity),
             in_flight: HashSet::new(),
+            claiming_since: None,
             subscribers: Vec::new(),
             next: 0,
             backlog: false,

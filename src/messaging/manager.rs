@@ -433,6 +433,7 @@ impl TableManager {
                 }
             }
         }
+        state.in_flight_removed();
         drop(state);
         self.kick.notify_one();
     }
@@ -459,6 +460,7 @@ impl TableManager {
         for e in batch {
             state.in_flight.remove(&e.key);
         }
+        state.in_flight_removed();
         if limited {
             // Before the changes seen in flight are applied below: an ack among them releases.
             for e in &sent {
@@ -553,6 +555,7 @@ impl TableManager {
                 self.next_scheduled(),
                 self.pending_repoll(),
                 self.next_release(),
+                self.hold_ends(),
             ]
             .into_iter()
             .flatten()
@@ -626,6 +629,12 @@ impl TableManager {
         }
     }
 
+    /// When rows held back for the claim in flight (see [`TableManager::distribute`]) are
+    /// offered anyway, should it not have ended by then.
+    fn hold_ends(&self) -> Option<Instant> {
+        self.lock().hold_ends().map(Instant::from_std)
+    }
+
     /// When the earliest scheduled entry becomes due, as an `Instant`.
     fn next_scheduled(&self) -> Option<Instant> {
         let at = self.lock().schedule.next_time()?;
@@ -654,6 +663,12 @@ impl TableManager {
     /// Hands batches to ready subscribers in turn. Returns true when the cache is running low
     /// (below half of `vt_cache_size`) while a backlog may be waiting in the table, so the caller
     /// polls again at once — early enough that the poll finishes before the cache runs dry.
+    ///
+    /// While a claim is in flight, rows short of a full batch wait for it to end (at most
+    /// [`CLAIM_HOLD`](super::known_rows::CLAIM_HOLD)) and then go out together, instead of each
+    /// going at once to another idle stream in a claim of its own: under a steady flow of
+    /// single-row inserts that is a transaction per few rows instead of per row or two, each
+    /// one a commit the server shares with the producers. A full batch goes at once.
     fn distribute(&self) -> bool {
         let batch_size = self.definition().options.batch_size;
         let limit = self.unacked_limit();
@@ -684,6 +699,9 @@ impl TableManager {
             }
             let i = state.next % n;
             state.next = (state.next + 1) % n;
+            if state.holds_for_claim(batch_size) {
+                break;
+            }
             let sub = &mut state.subscribers[i];
             let room = room(sub.id);
             if sub.busy || room == 0 {
@@ -698,6 +716,9 @@ impl TableManager {
                     self.stats.record_claim();
                     // In flight until the subscriber reports back: never offered twice at once.
                     state.in_flight.extend(keys);
+                    state
+                        .claiming_since
+                        .get_or_insert_with(std::time::Instant::now);
                 }
                 Err(
                     mpsc::error::TrySendError::Full(batch)
