@@ -122,29 +122,70 @@ async fn collect_until(
     }
 }
 
+/// Where the Galera takeover tests start from ([`group_left_by_a_dead_proxy`]).
+struct LeftGroup {
+    servers: Servers,
+    /// The proxy that takes the group over; started before the group existed.
+    b: Proxy,
+    /// How `b` reaches the cluster (a later proxy is started the same way).
+    b_backend: String,
+    n2: Conn,
+    /// The events read through the dead proxy.
+    first: Vec<Msg>,
+}
+
+/// A 3-node Galera cluster with proxy A on node 1 and proxy B on nodes `b_nodes` (the first
+/// preferred); rows 1..=`written` are written on node 1 and read through A, the first `acked`
+/// events are acked, and A dies once node 2's copy of the group's row is saved past them with
+/// its GTID state. `None` (the test is skipped) when galera-4 is not installed.
+async fn group_left_by_a_dead_proxy(
+    b_nodes: &[u16],
+    written: usize,
+    acked: usize,
+) -> Option<LeftGroup> {
+    if let Err(why) = galera_available() {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let servers = Servers::start(Kind::Galera);
+    let a = Proxy::start(&servers.url(1), &[], None);
+    let b_backend = b_nodes
+        .iter()
+        .map(|&i| servers.url(i))
+        .collect::<Vec<_>>()
+        .join(",");
+    let b = Proxy::start(&b_backend, &[], None);
+    let mut n1 = servers.direct(1).await;
+    run(&mut n1, TABLE).await;
+    let mut s = open(&a).await;
+    insert(&mut n1, 1..=written as i64, "first").await;
+    let first = s.recv_n(written, Duration::from_secs(30)).await;
+    ack(a.port(), &first[..acked]).await;
+    let mut n2 = servers.direct(2).await;
+    saved_with_gtid(&mut n2, first[acked - 1].id, &a).await;
+    a.kill();
+    s.close();
+    Some(LeftGroup {
+        servers,
+        b,
+        b_backend,
+        n2,
+        first,
+    })
+}
+
 /// A group served through a proxy on node 1 and acked in part; that proxy dies, and a proxy on
 /// node 2 takes the group over: every unacked event (with the same event ids), every event
 /// written meanwhile on node 3, nothing acked.
 #[tokio::test]
 async fn a_group_saved_on_one_galera_node_is_taken_over_on_another() {
-    if let Err(why) = galera_available() {
-        eprintln!("skipped: {why}");
+    let Some(LeftGroup {
+        servers, b, first, ..
+    }) = group_left_by_a_dead_proxy(&[2], 20, 10).await
+    else {
         return;
-    }
-    let servers = Servers::start(Kind::Galera);
-    let a = Proxy::start(&servers.url(1), &[], None);
-    let b = Proxy::start(&servers.url(2), &[], None);
-    let mut n1 = servers.direct(1).await;
-    run(&mut n1, TABLE).await;
-    let mut s = open(&a).await;
-    insert(&mut n1, 1..=20, "first").await;
-    let first = s.recv_n(20, Duration::from_secs(30)).await;
+    };
     assert_eq!(rows(&first), (1..=20).collect());
-    ack(a.port(), &first[..10]).await;
-    let mut n2 = servers.direct(2).await;
-    saved_with_gtid(&mut n2, first[9].id, &a).await;
-    a.kill();
-    s.close();
     let mut n3 = servers.direct(3).await;
     insert(&mut n3, 21..=30, "meanwhile").await;
 
@@ -179,26 +220,18 @@ async fn a_group_saved_on_one_galera_node_is_taken_over_on_another() {
 /// again.
 #[tokio::test]
 async fn a_group_whose_place_the_node_in_use_purged_reads_from_another_node() {
-    if let Err(why) = galera_available() {
-        eprintln!("skipped: {why}");
-        return;
-    }
-    let servers = Servers::start(Kind::Galera);
-    let a = Proxy::start(&servers.url(1), &[], None);
     // Proxy B prefers node 2 and knows the others.
-    let b_backend = format!("{},{},{}", servers.url(2), servers.url(3), servers.url(1));
-    let b = Proxy::start(&b_backend, &[], None);
-    let mut n1 = servers.direct(1).await;
-    run(&mut n1, TABLE).await;
-    let mut s = open(&a).await;
-    insert(&mut n1, 1..=20, "first").await;
-    let first = s.recv_n(20, Duration::from_secs(30)).await;
+    let Some(LeftGroup {
+        servers,
+        b,
+        b_backend,
+        mut n2,
+        first,
+    }) = group_left_by_a_dead_proxy(&[2, 3, 1], 20, 10).await
+    else {
+        return;
+    };
     assert_eq!(rows(&first), (1..=20).collect());
-    ack(a.port(), &first[..10]).await;
-    let mut n2 = servers.direct(2).await;
-    saved_with_gtid(&mut n2, first[9].id, &a).await;
-    a.kill();
-    s.close();
     // Node 2 keeps only a new binlog file: the group's place (event 11) is not in it.
     purge_binlog(&mut n2).await;
     let mut n3 = servers.direct(3).await;
@@ -288,24 +321,12 @@ async fn purge_binlog(conn: &mut Conn) {
 /// sent again, nothing skipped.
 #[tokio::test]
 async fn a_group_saved_without_its_gtid_state_is_read_from_the_node_it_was_saved_on() {
-    if let Err(why) = galera_available() {
-        eprintln!("skipped: {why}");
+    let Some(LeftGroup {
+        servers, b, mut n2, ..
+    }) = group_left_by_a_dead_proxy(&[2, 3, 1], 10, 5).await
+    else {
         return;
-    }
-    let servers = Servers::start(Kind::Galera);
-    let a = Proxy::start(&servers.url(1), &[], None);
-    let b_backend = format!("{},{},{}", servers.url(2), servers.url(3), servers.url(1));
-    let b = Proxy::start(&b_backend, &[], None);
-    let mut n1 = servers.direct(1).await;
-    run(&mut n1, TABLE).await;
-    let mut s = open(&a).await;
-    insert(&mut n1, 1..=10, "first").await;
-    let first = s.recv_n(10, Duration::from_secs(30)).await;
-    ack(a.port(), &first[..5]).await;
-    let mut n2 = servers.direct(2).await;
-    saved_with_gtid(&mut n2, first[4].id, &a).await;
-    a.kill();
-    s.close();
+    };
     run(
         &mut n2,
         "UPDATE test.msgproxy_stream_groups SET resume_gtid = NULL WHERE group_name = 'g'",

@@ -19,6 +19,8 @@
 //!   GTID on another server (or why it cannot);
 //! - `engine.rs` — the groups this proxy serves and the statements on them;
 //! - `group_task.rs` — one group's task: lease, reader, deliveries, saves;
+//! - `placement.rs` — where a group's task reads from: the server in use, or another server
+//!   whose binlog holds the group's place (waiting and retrying while neither can take it);
 //! - `request_poller.rs` — the serving side of `ACK`s and `SEEK`s through other proxies: one
 //!   query per interval for every group served here, and the queued ones applied at a takeover;
 //! - `serve.rs` — one `STREAM ... GROUP` on a client session.

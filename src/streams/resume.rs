@@ -196,12 +196,65 @@ pub async fn identify(conn: &mut Conn) -> mysql_async::Result<String> {
 }
 
 /// The server's `@@gtid_binlog_pos`.
-pub async fn server_gtids(conn: &mut Conn) -> mysql_async::Result<GtidState> {
+async fn server_gtids(conn: &mut Conn) -> mysql_async::Result<GtidState> {
     let text: Option<Option<String>> = conn.query_first("SELECT @@gtid_binlog_pos").await?;
     Ok(text
         .flatten()
         .and_then(|t| GtidState::parse(&t))
         .unwrap_or_default())
+}
+
+/// What [`decide`] needs to know of a server: who it is and what its binlog holds.
+#[derive(Debug, Clone)]
+pub struct ServerState {
+    /// `@@hostname:@@port` ([`identify`]).
+    pub identity: String,
+    /// `@@gtid_binlog_pos`.
+    pub gtids: GtidState,
+}
+
+/// Connects to the server of `opts` and reads its [`ServerState`]. Both on the one connection,
+/// so that the identity and the GTID state are of the same server even while the backend in
+/// use changes meanwhile.
+pub async fn server_state(opts: &Opts) -> mysql_async::Result<ServerState> {
+    let mut conn = Conn::new(opts.clone()).await?;
+    let identity = identify(&mut conn).await?;
+    let gtids = server_gtids(&mut conn).await?;
+    let _ = conn.disconnect().await;
+    Ok(ServerState { identity, gtids })
+}
+
+/// Where a group saved as `anchor` starts in the binlog of one server, and if it cannot start
+/// there, why: [`decide`], then [`locate`] for a move by GTID.
+#[derive(Debug)]
+pub enum Place {
+    /// The saved file and offset: they are this server's.
+    Saved,
+    /// Right after the GTID state `after`: the file and offset [`locate`] found there, or why
+    /// it found none.
+    ByGtid {
+        after: GtidState,
+        at: Result<BinlogPosition, LocateError>,
+    },
+    /// The server has not applied what the group needs ([`Decision::Behind`]).
+    Behind { needs: String, has: String },
+    /// The saved position is another server's, with no GTID state to move by
+    /// ([`Decision::NoGtid`]).
+    NoGtid { server: String },
+}
+
+/// Finds where a group saved as `anchor` starts on the server of `opts`, which is `server`
+/// (read by [`server_state`]).
+pub async fn find_place(opts: &Opts, anchor: &Anchor, server: &ServerState) -> Place {
+    match decide(anchor, &server.identity, &server.gtids) {
+        Decision::Here => Place::Saved,
+        Decision::ByGtid(after) => {
+            let at = locate(opts, &after).await;
+            Place::ByGtid { after, at }
+        }
+        Decision::Behind { needs, has } => Place::Behind { needs, has },
+        Decision::NoGtid { server } => Place::NoGtid { server },
+    }
 }
 
 /// The GTID state at `at` in the server's binlog (`None`: the server does not know the position,
