@@ -87,7 +87,10 @@ fn rows_short_of_a_batch_wait_briefly_for_the_claim_in_flight() {
     let mut st = KnownRows::new(100);
     let now = state::now_ns();
     st.apply_changed(due_row("1"), now, now + 1000 * MS);
-    assert!(!st.holds_for_claim(10), "no claim in flight: nothing to wait for");
+    assert!(
+        !st.holds_for_claim(10),
+        "no claim in flight: nothing to wait for"
+    );
     assert_eq!(st.hold_ends(), None);
     st.in_flight.insert(b"0".as_slice().into());
     st.claiming_since = Some(std::time::Instant::now());
@@ -97,7 +100,11 @@ fn rows_short_of_a_batch_wait_briefly_for_the_claim_in_flight() {
     // A claim in flight for longer than the hold keeps nothing back.
     st.claiming_since = Some(std::time::Instant::now() - CLAIM_HOLD * 2);
     assert!(!st.holds_for_claim(10));
-    assert_eq!(st.hold_ends(), None, "a hold already over is no reason to wake");
+    assert_eq!(
+        st.hold_ends(),
+        None,
+        "a hold already over is no reason to wake"
+    );
     // Its end clears it.
     st.in_flight.clear();
     st.in_flight_removed();

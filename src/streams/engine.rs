@@ -592,7 +592,18 @@ impl StreamEngine {
                 self.ask_serving(key, &asked, owner, ACK_ANSWER_WAIT).await
             }
             // Nobody serves it, so nothing of it is in flight: nothing to ack.
-            Some(_) => Ok(Outcome::Done(0)),
+            Some(row) => {
+                tracing::debug!(
+                    "ACK of {} id(s) of group {key:?} answered 0: {}",
+                    ids.len(),
+                    if row.owner.is_some() {
+                        "this proxy is placing it and has no state yet"
+                    } else {
+                        "nobody serves it"
+                    }
+                );
+                Ok(Outcome::Done(0))
+            }
             None => Err(StreamError::new(
                 crate::protocol::commands::ER_UNKNOWN_ERROR,
                 "HY000",
@@ -626,7 +637,10 @@ impl StreamEngine {
             // Read errors are waited out like a missing answer: the request is written, and the
             // serving proxy (or its successor) applies it whatever this one learns.
             match self.requests.answer_of(request).await {
-                Ok(Some(Answer::Done(n))) => return Ok(Outcome::Done(n)),
+                Ok(Some(Answer::Done(n))) => {
+                    tracing::debug!("request {request} of group {key:?} answered: {n} done");
+                    return Ok(Outcome::Done(n));
+                }
                 Ok(Some(Answer::Failed(why))) => {
                     return Err(StreamError::new(
                         crate::protocol::commands::ER_UNKNOWN_ERROR,

@@ -607,7 +607,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
             stats.statements_failed.load(Ordering::Relaxed)
         ));
         summary.push(format!(
-            "    delivered: {} deliveries, {} redeliveries; events per group {}; {} STREAM sessions ({} ended); {} events acked (OK seen), {} ACKs queued (OK with a warning), {} left unacked on purpose, {} too old to ack, {} ACKs failed",
+            "    delivered: {} deliveries, {} redeliveries; events per group {}; {} STREAM sessions ({} ended); {} events acked (OK seen), {} ACKs queued (OK with a warning), {} ACKs with fewer affected rows than ids, {} left unacked on purpose, {} too old to ack, {} ACKs failed",
             report.deliveries,
             report.redeliveries,
             report
@@ -620,6 +620,7 @@ fn run(opts: &Opts) -> Result<bool, String> {
             report.sessions_ended,
             report.acks,
             stats.queued_acks.load(Ordering::Relaxed),
+            stats.short_acks.load(Ordering::Relaxed),
             stats.skipped_acks.load(Ordering::Relaxed),
             stats.stale_acks.load(Ordering::Relaxed),
             stats.acks_failed.load(Ordering::Relaxed)

@@ -140,6 +140,8 @@ pub struct Stats {
     pub acks_failed: AtomicU64,
     /// ACKs answered OK with a warning: queued for the serving proxy, applied later.
     pub queued_acks: AtomicU64,
+    /// ACKs answered OK with fewer affected rows than ids.
+    pub short_acks: AtomicU64,
 }
 
 struct Shared {
@@ -648,13 +650,20 @@ async fn acker(
         match result {
             Ok(outcome) => {
                 let queued = outcome.warnings > 0;
+                // Fewer affected rows than ids: some were not acked, the client cannot tell which.
+                let short = !queued && outcome.affected_rows < batch.len() as u64;
                 if queued {
                     sh.stats.queued_acks.fetch_add(1, Ordering::Relaxed);
+                }
+                if short {
+                    sh.stats.short_acks.fetch_add(1, Ordering::Relaxed);
                 }
                 for &(eid, _) in &batch {
                     let group = group.clone();
                     log.log(if queued {
                         Rec::AckQueued { group, eid }
+                    } else if short {
+                        Rec::AckUnconfirmed { group, eid }
                     } else {
                         Rec::Acked { group, eid }
                     });
