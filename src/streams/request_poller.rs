@@ -16,16 +16,21 @@ impl StreamEngine {
     /// (finding its position reads the binlog) and answers when done. Now and then deletes old
     /// answered requests. Stops with the engine's shutdown token.
     ///
-    /// Writing answers runs beside the reads: a write can wait seconds (on Galera, commits
-    /// stall while the cluster decides a node has left), and meanwhile the `ACK`s read next are
-    /// still applied at once, so that their events are not sent again (an `ACK` answered
-    /// "queued" to its client holds all the same).
+    /// Writing answers runs beside the reads, one write at a time: a write can wait seconds
+    /// (on Galera, commits stall while the cluster decides a node has left), and meanwhile the
+    /// `ACK`s read next are still applied at once, so that their events are not sent again (an
+    /// `ACK` answered "queued" to its client holds all the same); their answers go in the next
+    /// write.
     pub(super) async fn answer_requests(self: Arc<Self>) {
         let mut last_purge = Instant::now();
-        // The `SEEK`s whose tasks run, and the `ACK`s whose answers are being written: not
-        // applied again while their request is pending (a second application would answer 0).
+        // The `SEEK`s whose tasks run: not started again while their request is pending.
         let mut seeking: HashSet<u64> = HashSet::new();
-        let answering: Arc<Mutex<HashSet<u64>>> = Arc::default();
+        // `ACK`s applied whose answers are not written yet (waiting for the writer, or being
+        // written): not applied again while their request is pending (that would answer 0).
+        let mut unwritten: Vec<(u64, Answer)> = Vec::new();
+        let mut applied: HashSet<u64> = HashSet::new();
+        // The write in progress, and the ids it answers.
+        let mut writer: Option<(tokio::task::JoinHandle<()>, Vec<u64>)> = None;
         loop {
             tokio::select! {
                 _ = self.shutdown.cancelled() => break,
@@ -65,20 +70,31 @@ impl StreamEngine {
                 }
             };
             seeking.retain(|id| pending.iter().any(|r| r.id == *id));
+            // A write that ended: its requests are answered, or (after a failure) read again
+            // and applied again, then answered 0 (their ids are acked by then; the ack holds).
+            if writer.as_ref().is_some_and(|(task, _)| task.is_finished()) {
+                if let Some((_, ids)) = writer.take() {
+                    for id in ids {
+                        applied.remove(&id);
+                    }
+                }
+            }
             // A request of a group that stopped being served here meanwhile stays pending: the
             // next proxy to serve the group applies it when it takes the group over.
-            let mut answers = Vec::new();
-            let in_writing = answering.lock().unwrap_or_else(|e| e.into_inner()).clone();
             for Request { id, key, asked } in pending {
                 let Some(group) = served.get(&key) else {
                     continue;
                 };
-                if in_writing.contains(&id) {
+                if applied.contains(&id) {
                     continue;
                 }
                 match asked {
                     Asked::Ack(ids) => match group.ack_here(&ids) {
-                        Some(n) => answers.push((id, Answer::Done(n))),
+                        Some(n) => {
+                            tracing::debug!("applied ACK request {id}: {n} newly acked");
+                            applied.insert(id);
+                            unwritten.push((id, Answer::Done(n)));
+                        }
                         None => tracing::debug!(
                             "ACK request {id} of group {key:?}: the group is not served here now"
                         ),
@@ -101,28 +117,16 @@ impl StreamEngine {
                     }
                 }
             }
-            // Unanswered after a failure, an ACK is applied again at the next poll: its ids are
-            // acked by then, so it is answered 0 (the ack itself holds).
-            if !answers.is_empty() {
+            if writer.is_none() && !unwritten.is_empty() {
+                let answers = std::mem::take(&mut unwritten);
                 let ids: Vec<u64> = answers.iter().map(|(id, _)| *id).collect();
-                tracing::debug!("applied ACK requests {ids:?}");
-                answering
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .extend(ids.iter().copied());
                 let engine = self.clone();
-                let answering = answering.clone();
-                tokio::spawn(async move {
-                    // Unanswered after a failure, an ACK is applied again at a later poll: its
-                    // ids are acked by then, so it is answered 0 (the ack itself holds).
+                let task = tokio::spawn(async move {
                     if let Err(e) = engine.requests.answer(&answers, &engine.me).await {
                         tracing::debug!("answering ACK requests: {e}");
                     }
-                    let mut writing = answering.lock().unwrap_or_else(|e| e.into_inner());
-                    for id in ids {
-                        writing.remove(&id);
-                    }
                 });
+                writer = Some((task, ids));
             }
             if last_purge.elapsed() >= requests::PURGE_EVERY {
                 last_purge = Instant::now();
